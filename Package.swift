@@ -1,0 +1,49 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+let logging = Target.Dependency.product(name: "Logging", package: "swift-log")
+let argumentParser = Target.Dependency.product(name: "ArgumentParser", package: "swift-argument-parser")
+
+let package = Package(
+    name: "receipt-reconciler",
+    products: [
+        .executable(name: "receipt-reconciler", targets: ["receipt-reconciler"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    ],
+    targets: [
+        // C only: the two system libraries, with typed wrappers for curl's variadic calls.
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+
+        // The only importer of libpq.
+        .target(name: "Postgres", dependencies: ["CLibPQ"]),
+        // The only importer of libcurl.
+        .target(name: "HTTP", dependencies: ["CCurl"]),
+
+        // Migrations/*.sql embedded into the binary at build time, and the code that applies them.
+        .executableTarget(name: "embed-migrations"),
+        .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-migrations"]),
+        .target(name: "SchemaMigrations", dependencies: ["Postgres", logging], plugins: ["EmbedMigrations"]),
+
+        // Apple's verifyReceipt protocol: models, client, retry policy, and the local simulator.
+        .target(name: "AppStore", dependencies: ["HTTP", logging]),
+
+        // Entitlement rules, the diff and reports: pure functions, no I/O.
+        .target(name: "Reconciliation", dependencies: ["AppStore"]),
+
+        // The executable: commands, wiring, logging, exit codes.
+        .executableTarget(
+            name: "receipt-reconciler",
+            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "Reconciliation", argumentParser, logging],
+            path: "Sources/ReceiptReconciler"
+        ),
+
+        .target(name: "TestSupport", dependencies: ["Postgres"], path: "Tests/TestSupport"),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport"]),
+        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "TestSupport"]),
+        .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStore", "TestSupport"]),
+    ]
+)

@@ -1,0 +1,4 @@
+#ifndef RECEIPT_RECONCILER_CLIBPQ_SHIM_H
+#define RECEIPT_RECONCILER_CLIBPQ_SHIM_H
+#include <libpq-fe.h>
+#endif

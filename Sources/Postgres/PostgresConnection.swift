@@ -1,0 +1,346 @@
+import CLibPQ
+import Foundation
+
+/// One connection to PostgreSQL through libpq.
+///
+/// Every libpq call runs on a thread owned by this connection, never on Swift's cooperative
+/// pool. Statements run one at a time in the order they are awaited: a connection serves one task
+/// at a time (use one connection per concurrent worker).
+///
+/// After the server drops the connection, the next statement reconnects, except inside a
+/// transaction: there the transaction is lost, so its remaining statements fail with
+/// `connectionLost` and the caller decides whether to retry the whole transaction.
+///
+/// `Sendable`: all mutable state lives in `ConnectionHandle`, which only the thread touches.
+public final class PostgresConnection: Sendable {
+    let thread: BlockingThread
+    let handle: ConnectionHandle
+    /// host, port, database and user, for logs; never the password.
+    public let target: String
+
+    private init(thread: BlockingThread, handle: ConnectionHandle, target: String) {
+        self.thread = thread
+        self.handle = handle
+        self.target = target
+    }
+
+    deinit {
+        let handle = self.handle
+        thread.finish { handle.close() }
+    }
+
+    /// Connects with a libpq connection string (`host=... dbname=...`) or a `postgresql://` URI.
+    public static func connect(
+        _ connectionString: String, applicationName: String = "receipt-reconciler"
+    ) async throws(PostgresError) -> PostgresConnection {
+        let target = describe(connectionString)
+        let thread = BlockingThread(name: "libpq")
+        let handle = ConnectionHandle(connectionString: connectionString, applicationName: applicationName, target: target)
+        let connection = PostgresConnection(thread: thread, handle: handle, target: target)
+        try await connection.onThread { handle in try handle.connect() }
+        return connection
+    }
+
+    /// Runs a statement and returns all its rows.
+    public func query(_ query: PostgresQuery) async throws(PostgresError) -> [PostgresRow] {
+        try await onThread { handle in try handle.execute(query).rows }
+    }
+
+    /// Runs a statement and returns the number of rows it inserted, updated or deleted.
+    @discardableResult
+    public func execute(_ query: PostgresQuery) async throws(PostgresError) -> Int {
+        try await onThread { handle in try handle.execute(query).affectedRows }
+    }
+
+    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    @discardableResult
+    public func withTransaction<Result: Sendable>(
+        _ body: (PostgresConnection) async throws -> Result
+    ) async throws -> Result {
+        try await onThread { handle in try handle.begin() }
+        let result: Result
+        do {
+            result = try await body(self)
+        } catch {
+            try? await onThread { handle in handle.rollback() }
+            throw error
+        }
+        try await onThread { handle in try handle.commit() }
+        return result
+    }
+
+    /// Closes the connection now; later statements fail with `connectionClosed`.
+    public func close() async {
+        try? await onThread { handle in handle.close() }
+    }
+
+    /// The server's process id for this session, e.g. to terminate it in a test.
+    public func backendProcessID() async throws(PostgresError) -> Int32 {
+        try await onThread { handle in try handle.backendProcessID() }
+    }
+
+    func onThread<Result: Sendable>(
+        _ body: @escaping @Sendable (ConnectionHandle) throws -> Result
+    ) async throws(PostgresError) -> Result {
+        let handle = self.handle
+        do {
+            return try await thread.run { try body(handle) }
+        } catch let error as PostgresError {
+            throw error
+        } catch {
+            throw PostgresError(code: .connectionClosed, message: "\(error)")
+        }
+    }
+
+    /// `host:port/dbname as user`, read with libpq's own parser so a password never shows.
+    public static func describe(_ connectionString: String) -> String {
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        guard let options = PQconninfoParse(connectionString, &errorMessage) else {
+            if let errorMessage { PQfreemem(errorMessage) }
+            return "(unparsable connection string)"
+        }
+        defer { PQconninfoFree(options) }
+        var values: [String: String] = [:]
+        var option = options
+        while let keyword = option.pointee.keyword {
+            if let value = option.pointee.val { values[String(cString: keyword)] = String(cString: value) }
+            option += 1
+        }
+        let host = values["host"] ?? values["hostaddr"] ?? "local socket"
+        let port = values["port"].map { ":" + $0 } ?? ""
+        let database = values["dbname"] ?? "(default database)"
+        let user = values["user"].map { " as " + $0 } ?? ""
+        return "\(host)\(port)/\(database)\(user)"
+    }
+}
+
+/// What a statement returned.
+struct StatementResult: Sendable {
+    var rows: [PostgresRow] = []
+    var affectedRows = 0
+}
+
+/// Owns the `PGconn`: created, reset and freed (exactly once) here, on the connection's thread.
+///
+/// `@unchecked Sendable`: it is only ever touched from the connection's `BlockingThread`, whose
+/// jobs run one after another; the only other access is `close()` queued there from `deinit`.
+final class ConnectionHandle: @unchecked Sendable {
+    private var connection: OpaquePointer?
+    private let connectionString: String
+    private let applicationName: String
+    private let target: String
+    private var isClosed = false
+    /// Set between BEGIN and COMMIT/ROLLBACK: a lost connection must not silently reconnect mid-transaction.
+    private(set) var isInTransaction = false
+
+    init(connectionString: String, applicationName: String, target: String) {
+        self.connectionString = connectionString
+        self.applicationName = applicationName
+        self.target = target
+    }
+
+    deinit {
+        if let connection { PQfinish(connection) }
+    }
+
+    func connect() throws(PostgresError) {
+        if let connection {
+            PQfinish(connection)
+            self.connection = nil
+        }
+        // Defaults first: the caller's connection string, expanded from `dbname`, overrides them.
+        let keywords = ["connect_timeout", "application_name", "client_encoding", "dbname"]
+        let values = ["10", applicationName, "UTF8", connectionString]
+        let connection = withCStringArray(keywords) { keywordPointers in
+            withCStringArray(values) { valuePointers in
+                PQconnectdbParams(keywordPointers, valuePointers, 1)
+            }
+        }
+        guard let connection else {
+            throw PostgresError(code: .connectionFailed, phase: .connect, message: "libpq could not allocate a connection")
+        }
+        guard PQstatus(connection) == CONNECTION_OK else {
+            let message = String(cString: PQerrorMessage(connection))
+            PQfinish(connection)
+            throw PostgresError(
+                code: .connectionFailed, phase: .connect,
+                message: "could not connect to \(target): \(message.trimmingCharacters(in: .whitespacesAndNewlines))")
+        }
+        self.connection = connection
+        // Server notices ("schema already exists, skipping") are not errors; libpq would print them to stderr.
+        PQsetNoticeProcessor(connection, { _, _ in }, nil)
+        // One clock and one text format for every value this code reads and writes.
+        try executeScript("SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'iso_8601'")
+    }
+
+    func close() {
+        isClosed = true
+        if let connection {
+            PQfinish(connection)
+            self.connection = nil
+        }
+    }
+
+    func backendProcessID() throws(PostgresError) -> Int32 {
+        PQbackendPID(try usableConnection())
+    }
+
+    func execute(_ query: PostgresQuery) throws(PostgresError) -> StatementResult {
+        try run(query.sql, binds: query.binds)
+    }
+
+    func begin() throws(PostgresError) {
+        _ = try run("BEGIN", binds: [])
+        isInTransaction = true
+    }
+
+    func commit() throws(PostgresError) {
+        defer { isInTransaction = false }
+        _ = try run("COMMIT", binds: [], phase: .transaction)
+    }
+
+    func rollback() {
+        defer { isInTransaction = false }
+        if let connection, PQstatus(connection) == CONNECTION_OK {
+            _ = try? run("ROLLBACK", binds: [], phase: .transaction)
+        }
+    }
+
+    /// The live `PGconn`, reconnecting first if the server dropped it outside a transaction.
+    func usableConnection() throws(PostgresError) -> OpaquePointer {
+        guard !isClosed else {
+            throw PostgresError(code: .connectionClosed, message: "the connection was closed")
+        }
+        if let connection, PQstatus(connection) == CONNECTION_OK { return connection }
+        if isInTransaction {
+            throw PostgresError(
+                code: .connectionLost, phase: .transaction,
+                message: "the connection to \(target) was lost inside a transaction; the transaction was rolled back")
+        }
+        try connect()
+        guard let connection else {
+            throw PostgresError(code: .connectionLost, message: "the connection to \(target) is gone")
+        }
+        return connection
+    }
+
+    /// Executes one statement with text-format parameters and returns rows in text format.
+    func run(_ sql: String, binds: [PostgresBind], phase: PostgresError.Phase = .execute) throws(PostgresError) -> StatementResult {
+        let connection = try usableConnection()
+        let types = binds.map { Oid($0.type.rawValue) }
+        let result: OpaquePointer? = withOptionalCStringArray(binds.map(\.text)) { values in
+            types.withUnsafeBufferPointer { types in
+                PQexecParams(connection, sql, Int32(binds.count), types.baseAddress, values, nil, nil, 0)
+            }
+        }
+        return try consume(result, connection: connection, phase: phase)
+    }
+
+    /// Turns a `PGresult` into Swift values and frees it; reads libpq's error text right here.
+    func consume(_ result: OpaquePointer?, connection: OpaquePointer, phase: PostgresError.Phase) throws(PostgresError) -> StatementResult {
+        guard let result else {
+            throw lostOrFailed(connection, phase: phase)
+        }
+        defer { PQclear(result) }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_EMPTY_QUERY:
+            return StatementResult(rows: [], affectedRows: Int(String(cString: PQcmdTuples(result))) ?? 0)
+        case PGRES_TUPLES_OK, PGRES_SINGLE_TUPLE:
+            return StatementResult(rows: Self.rows(of: result), affectedRows: Int(PQntuples(result)))
+        default:
+            throw Self.error(from: result, connection: connection, phase: phase)
+        }
+    }
+
+    func lostOrFailed(_ connection: OpaquePointer, phase: PostgresError.Phase) -> PostgresError {
+        let message = String(cString: PQerrorMessage(connection))
+        let code: PostgresError.Code = PQstatus(connection) == CONNECTION_OK ? .server : .connectionLost
+        return PostgresError(code: code, phase: phase, message: message)
+    }
+
+    static func error(from result: OpaquePointer, connection: OpaquePointer, phase: PostgresError.Phase) -> PostgresError {
+        func field(_ code: Character) -> String? {
+            PQresultErrorField(result, Int32(code.asciiValue!)).map { String(cString: $0) }
+        }
+        let lost = PQstatus(connection) != CONNECTION_OK
+        let sqlState = field("C")
+        var message = field("M") ?? String(cString: PQresultErrorMessage(result))
+        if sqlState?.hasPrefix("22") == true {
+            // Data exceptions quote the offending input ("invalid input syntax for type integer: \"...\""),
+            // which is a bound value: keep the server's words, drop the value.
+            message = redactingQuotedText(message)
+        }
+        return PostgresError(
+            code: lost ? .connectionLost : .server, phase: phase, sqlState: sqlState,
+            message: message.isEmpty ? String(cString: PQerrorMessage(connection)) : message, detail: field("D"))
+    }
+
+    static func rows(of result: OpaquePointer) -> [PostgresRow] {
+        let columnCount = Int(PQnfields(result))
+        let rowCount = Int(PQntuples(result))
+        let columns = PostgresColumns(
+            names: (0..<columnCount).map { String(cString: PQfname(result, Int32($0))) },
+            types: (0..<columnCount).map { PostgresType(rawValue: UInt32(PQftype(result, Int32($0)))) })
+        var rows: [PostgresRow] = []
+        rows.reserveCapacity(rowCount)
+        for row in 0..<Int32(rowCount) {
+            var values: [String?] = []
+            values.reserveCapacity(columnCount)
+            for column in 0..<Int32(columnCount) {
+                if PQgetisnull(result, row, column) == 1 {
+                    values.append(nil)
+                } else {
+                    let length = Int(PQgetlength(result, row, column))
+                    let bytes = UnsafeRawBufferPointer(start: PQgetvalue(result, row, column), count: length)
+                    values.append(String(decoding: bytes, as: UTF8.self))
+                }
+            }
+            rows.append(PostgresRow(columns: columns, values: values))
+        }
+        return rows
+    }
+}
+
+/// Calls `body` with a NULL-terminated array of C strings that lives for the call.
+func withCStringArray<Result>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> Result) -> Result {
+    withOptionalCStringArray(strings) { body($0!) }
+}
+
+/// Like `withCStringArray`, with nil entries kept as NULL pointers (SQL NULL parameters).
+func withOptionalCStringArray<Result>(_ strings: [String?], _ body: (UnsafePointer<UnsafePointer<CChar>?>?) -> Result) -> Result {
+    let copies: [UnsafeMutablePointer<CChar>?] = strings.map { $0.map { strdup($0)! } }
+    defer { copies.forEach { free($0) } }
+    let pointers = copies.map { UnsafePointer($0) } + [nil]
+    return pointers.withUnsafeBufferPointer { body($0.baseAddress) }
+}
+
+extension PostgresConnection {
+    /// Runs a script of several statements through the simple query protocol, which cannot take
+    /// parameters: only for SQL files shipped with the program (migrations), never for input.
+    public func executeScript(_ sql: String) async throws(PostgresError) {
+        try await onThread { handle in try handle.executeScript(sql) }
+    }
+}
+
+extension ConnectionHandle {
+    func executeScript(_ sql: String) throws(PostgresError) {
+        let connection = try usableConnection()
+        _ = try consume(PQexec(connection, sql), connection: connection, phase: .execute)
+    }
+}
+
+/// `invalid input syntax for type integer: "abc"` -> `invalid input syntax for type integer: "…"`.
+func redactingQuotedText(_ message: String) -> String {
+    var result = ""
+    var isQuoted = false
+    for character in message {
+        if character == "\"" {
+            result.append(character)
+            if !isQuoted { result.append("…") }
+            isQuoted.toggle()
+        } else if !isQuoted {
+            result.append(character)
+        }
+    }
+    return result
+}

@@ -1,0 +1,67 @@
+import Foundation
+
+/// An error from PostgreSQL or from talking to it.
+///
+/// The description carries the SQLSTATE, the server's message and the phase, and never a bind
+/// value or a password: errors end up in logs and reports.
+public struct PostgresError: Error, CustomStringConvertible, Sendable {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        let name: String
+        public var description: String { name }
+
+        /// Connecting or authenticating failed.
+        public static let connectionFailed = Code(name: "connection failed")
+        /// The server went away while a statement was running or before it was sent.
+        public static let connectionLost = Code(name: "connection lost")
+        /// The connection was closed by this process.
+        public static let connectionClosed = Code(name: "connection closed")
+        /// The server rejected a statement (see `sqlState`).
+        public static let server = Code(name: "server error")
+        /// A value in a result could not be decoded into the Swift type asked for.
+        public static let decoding = Code(name: "decoding error")
+        /// A COPY did not go through.
+        public static let copyFailed = Code(name: "copy failed")
+    }
+
+    /// Where the error happened.
+    public enum Phase: String, Sendable {
+        case connect, execute, decode, copy, transaction
+    }
+
+    public var code: Code
+    public var phase: Phase
+    /// The server's SQLSTATE (`23505` unique violation, `40001` serialization failure, ...), when it sent one.
+    public var sqlState: String?
+    /// The server's or libpq's message. libpq does not echo passwords; bind values are never added here.
+    public var message: String
+    /// The server's DETAIL field, which may quote row values: kept out of `description`.
+    public var detail: String?
+    /// The column a decoding error is about.
+    public var column: String?
+
+    public init(
+        code: Code, phase: Phase = .execute, sqlState: String? = nil, message: String,
+        detail: String? = nil, column: String? = nil
+    ) {
+        self.code = code
+        self.phase = phase
+        self.sqlState = sqlState
+        self.message = message
+        self.detail = detail
+        self.column = column
+    }
+
+    /// True when the connection itself failed, so the same work may succeed on a new connection.
+    public var isConnectionError: Bool {
+        code == .connectionLost || code == .connectionFailed
+            || sqlState.map { $0.hasPrefix("08") || $0 == "57P01" || $0 == "57P02" || $0 == "57P03" } == true
+    }
+
+    public var description: String {
+        var text = "PostgreSQL \(code) during \(phase.rawValue)"
+        if let sqlState { text += " [SQLSTATE \(sqlState)]" }
+        if let column { text += " in column \"\(column)\"" }
+        text += ": " + message.trimmingCharacters(in: .whitespacesAndNewlines)
+        return text
+    }
+}

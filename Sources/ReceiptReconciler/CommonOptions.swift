@@ -1,0 +1,57 @@
+import ArgumentParser
+import Foundation
+import Logging
+
+/// Where the database is. Read from `--database-url`, else `DATABASE_URL`.
+struct DatabaseOptions: ParsableArguments {
+    @Option(
+        name: .customLong("database-url"),
+        help: ArgumentHelp(
+            "libpq connection string or postgresql:// URI (default: $DATABASE_URL).",
+            discussion: "Prefer the environment variable: a password on the command line is visible in `ps`.",
+            valueName: "url"))
+    var databaseURL: String?
+
+    /// The connection string, or a usage error naming what is missing.
+    func connectionString() throws -> String {
+        if let databaseURL, !databaseURL.isEmpty { return databaseURL }
+        if let url = ProcessInfo.processInfo.environment["DATABASE_URL"], !url.isEmpty { return url }
+        throw ConfigurationError("no database: set DATABASE_URL or pass --database-url")
+    }
+}
+
+/// How logs look. Logs go to stderr; stdout is for summaries and reports.
+struct LoggingOptions: ParsableArguments {
+    enum Format: String, ExpressibleByArgument, CaseIterable {
+        case text, json
+    }
+
+    @Option(help: "Log format: text or json (one object per line).")
+    var logFormat: Format = .text
+
+    @Option(help: "Least severe level logged: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: String = "info"
+
+    func validate() throws {
+        guard Logger.Level(rawValue: logLevel) != nil else {
+            throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
+        }
+    }
+
+    func bootstrap() -> Logger {
+        let level = Logger.Level(rawValue: logLevel) ?? .info
+        let format = logFormat
+        LoggingSystem.bootstrap { label in
+            var handler = StandardErrorLogHandler(label: label, format: format)
+            handler.logLevel = level
+            return handler
+        }
+        return Logger(label: "receipt-reconciler")
+    }
+}
+
+/// A configuration problem: exit status 2, with a message that says what to set.
+struct ConfigurationError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,32 @@
+import ArgumentParser
+import Postgres
+import SchemaMigrations
+
+struct MigrateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "migrate",
+        abstract: "Creates or updates the iap schema: applies the bundled Migrations/*.sql once each, in order.",
+        discussion: """
+            Each migration runs in its own transaction and is recorded in iap.schema_migrations. \
+            Safe to run again, and from several processes at once (they wait on an advisory lock). \
+            A migration changed after it was applied is refused.
+            """
+    )
+
+    @OptionGroup var database: DatabaseOptions
+    @OptionGroup var logging: LoggingOptions
+
+    func run() async throws {
+        let logger = logging.bootstrap()
+        try await runReportingErrors(logger: logger) {
+            let connection = try await PostgresConnection.connect(try database.connectionString())
+            let applied = try await Migrator(logger: logger).migrate(connection)
+            await connection.close()
+            if applied.isEmpty {
+                print("Schema up to date (\(Migration.bundled.count) migrations).")
+            } else {
+                print("Applied \(applied.count) migration(s): \(applied.joined(separator: ", ")).")
+            }
+        }
+    }
+}

@@ -1,0 +1,19 @@
+import ArgumentParser
+
+/// receipt-reconciler: keeps in-app-purchase entitlements true to what Apple says.
+@main
+struct ReceiptReconciler: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "receipt-reconciler",
+        abstract: "Re-verifies stored App Store receipts with Apple and corrects the entitlements in PostgreSQL.",
+        discussion: """
+            Configuration comes from flags, else the environment: DATABASE_URL (libpq connection string or \
+            postgresql:// URI), APPLE_SHARED_SECRET, APPLE_PRODUCTION_URL, APPLE_SANDBOX_URL.
+
+            Exit status: 0 completed (single receipts may have failed: see the report); 1 the run failed; \
+            2 bad usage or configuration (including a shared secret Apple rejects); 3 aborted by a safety \
+            limit before applying; 4 another run holds the lock.
+            """,
+        subcommands: [MigrateCommand.self]
+    )
+}

@@ -1,0 +1,33 @@
+import Foundation
+import Logging
+
+/// Writes one line per log message to stderr, as text or as a JSON object.
+struct StandardErrorLogHandler: LogHandler {
+    let label: String
+    let format: LoggingOptions.Format
+    var logLevel: Logger.Level = .info
+    var metadata: Logger.Metadata = [:]
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var merged = self.metadata
+        if let extra = event.metadata { merged.merge(extra) { $1 } }
+        let time = Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted))
+        let line: String
+        switch format {
+        case .text:
+            let fields = merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+            line = "\(time) \(event.level) \(event.message)\(fields.isEmpty ? "" : " " + fields)\n"
+        case .json:
+            var object: [String: String] = ["time": time, "level": "\(event.level)", "message": "\(event.message)"]
+            for (key, value) in merged { object[key] = "\(value)" }
+            let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+            line = String(decoding: data, as: UTF8.self) + "\n"
+        }
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+}

@@ -1,0 +1,101 @@
+import Foundation
+import Logging
+import Postgres
+
+/// One numbered SQL file from `Migrations/`.
+public struct Migration: Sendable, Equatable {
+    /// The file name without `.sql`, e.g. `0001_schema`; applied in this order.
+    public var version: String
+    public var sql: String
+    /// FNV-1a of the SQL text: an applied migration whose file changed afterwards is refused.
+    public var checksum: String { fnv1a64(sql) }
+
+    public init(version: String, sql: String) {
+        self.version = version
+        self.sql = sql
+    }
+
+    /// The files of `Migrations/`, compiled in at build time.
+    public static let bundled: [Migration] = embeddedMigrations.map {
+        Migration(version: String($0.fileName.dropLast(".sql".count)), sql: $0.sql)
+    }
+}
+
+/// Applies migrations once each, in order, each in its own transaction, recorded in
+/// `iap.schema_migrations`. Safe to run twice and from several processes at once: an advisory
+/// lock makes the others wait, after which they find nothing left to do.
+public struct Migrator: Sendable {
+    /// `pg_advisory_lock` key for migrations ("rr-migr").
+    static let lockKey: Int64 = 0x7272_2D6D_6967_72
+    public var migrations: [Migration]
+    public var logger: Logger
+
+    public init(migrations: [Migration] = Migration.bundled, logger: Logger = Logger(label: "receipt-reconciler.migrate")) {
+        self.migrations = migrations
+        self.logger = logger
+    }
+
+    public struct Failure: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Applies what is missing and returns the versions it applied (empty when up to date).
+    @discardableResult
+    public func migrate(_ connection: PostgresConnection) async throws -> [String] {
+        try await connection.execute("SELECT pg_advisory_lock(\(Self.lockKey))")
+        do {
+            let applied = try await applyMissing(connection)
+            try await connection.execute("SELECT pg_advisory_unlock(\(Self.lockKey))")
+            return applied
+        } catch {
+            _ = try? await connection.execute("SELECT pg_advisory_unlock(\(Self.lockKey))")
+            throw error
+        }
+    }
+
+    private func applyMissing(_ connection: PostgresConnection) async throws -> [String] {
+        try await connection.executeScript("""
+            CREATE SCHEMA IF NOT EXISTS iap;
+            CREATE TABLE IF NOT EXISTS iap.schema_migrations (
+                version    text PRIMARY KEY,
+                checksum   text NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            );
+            """)
+        var recorded: [String: String] = [:]
+        for row in try await connection.query("SELECT version, checksum FROM iap.schema_migrations") {
+            recorded[try row.decode("version")] = try row.decode("checksum", as: String.self)
+        }
+        let known = Set(migrations.map(\.version))
+        if let unknown = recorded.keys.sorted().first(where: { !known.contains($0) }) {
+            throw Failure(description: "the database has migration \(unknown), which this build does not know: it is newer than this program")
+        }
+        var applied: [String] = []
+        for migration in migrations.sorted(by: { $0.version < $1.version }) {
+            if let checksum = recorded[migration.version] {
+                guard checksum == migration.checksum else {
+                    throw Failure(description: "migration \(migration.version) was changed after it was applied; add a new migration instead")
+                }
+                continue
+            }
+            logger.info("migration.apply", metadata: ["migration.version": "\(migration.version)"])
+            try await connection.withTransaction { connection in
+                try await connection.executeScript(migration.sql)
+                try await connection.execute(
+                    "INSERT INTO iap.schema_migrations (version, checksum) VALUES (\(migration.version), \(migration.checksum))")
+            }
+            applied.append(migration.version)
+        }
+        return applied
+    }
+}
+
+func fnv1a64(_ text: String) -> String {
+    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+    for byte in text.utf8 {
+        hash ^= UInt64(byte)
+        hash = hash &* 0x100_0000_01b3
+    }
+    let hex = String(hash, radix: 16)
+    return String(repeating: "0", count: 16 - hex.count) + hex
+}

@@ -1,0 +1,159 @@
+import Foundation
+import Postgres
+import SchemaMigrations
+import Testing
+import TestSupport
+
+@Suite struct MigrationTests {
+    @Test func migrateTwiceAppliesOnce() async throws {
+        let database = try await TestDatabase.create("migrate")
+        let connection = try await database.connect()
+        let first = try await Migrator().migrate(connection)
+        #expect(first == Migration.bundled.map(\.version))
+        #expect(first.first == "0001_schema")
+        let second = try await Migrator().migrate(connection)
+        #expect(second.isEmpty)
+        let recorded = try await connection.query("SELECT version FROM iap.schema_migrations ORDER BY version")
+        #expect(try recorded.map { try $0.decode("version", as: String.self) } == first)
+        await connection.close()
+        try await database.drop()
+    }
+
+    @Test func concurrentMigratorsApplyEachMigrationOnce() async throws {
+        let database = try await TestDatabase.create("migrateconcurrent")
+        let applied = try await withThrowingTaskGroup(of: [String].self) { group in
+            for _ in 0..<4 {
+                group.addTask {
+                    let connection = try await database.connect()
+                    defer { Task { await connection.close() } }
+                    return try await Migrator().migrate(connection)
+                }
+            }
+            return try await group.reduce(into: [String]()) { $0 += $1 }
+        }
+        #expect(applied.sorted() == Migration.bundled.map(\.version).sorted())
+        try await database.drop()
+    }
+
+    @Test func aChangedMigrationIsRefused() async throws {
+        let database = try await TestDatabase.create("migratechanged")
+        let connection = try await database.connect()
+        try await Migrator().migrate(connection)
+        var edited = Migration.bundled
+        edited[0].sql += "\n-- edited\n"
+        await #expect(throws: Migrator.Failure.self) { try await Migrator(migrations: edited).migrate(connection) }
+        await connection.close()
+        try await database.drop()
+    }
+
+    @Test func aFailingMigrationLeavesNothingBehind() async throws {
+        let database = try await TestDatabase.create("migratefail")
+        let connection = try await database.connect()
+        let broken = Migration.bundled + [Migration(version: "9999_broken", sql: "CREATE TABLE iap.half (id int); SELECT 1/0;")]
+        await #expect(throws: PostgresError.self) { try await Migrator(migrations: broken).migrate(connection) }
+        let tables = try await connection.query("SELECT count(*) AS n FROM pg_tables WHERE schemaname = 'iap' AND tablename = 'half'")
+        #expect(try tables[0].decode("n", as: Int.self) == 0)
+        let versions = try await connection.query("SELECT version FROM iap.schema_migrations WHERE version = '9999_broken'")
+        #expect(versions.isEmpty)
+        await connection.close()
+        try await database.drop()
+    }
+
+    /// Every table and column of contract section 3, with its type and nullability.
+    static let contract: [String: [(column: String, type: String, nullable: Bool)]] = [
+        "app_receipts": [
+            ("id", "bigint", false), ("account_id", "text", false), ("bundle_id", "text", true),
+            ("latest_receipt", "text", false), ("environment", "text", true),
+            ("last_verified_at", "timestamp with time zone", true), ("last_status", "integer", true),
+            ("next_attempt_at", "timestamp with time zone", true), ("created_at", "timestamp with time zone", false),
+            ("updated_at", "timestamp with time zone", false),
+        ],
+        "products": [
+            ("product_id", "text", false), ("type", "text", false), ("duration", "interval", true),
+            ("entitlement", "text", true), ("price", "numeric", true), ("currency", "text", true),
+        ],
+        "entitlements": [
+            ("account_id", "text", false), ("product_id", "text", false), ("original_transaction_id", "text", false),
+            ("latest_transaction_id", "text", true), ("state", "text", false), ("entitled", "boolean", false),
+            ("expires_at", "timestamp with time zone", true), ("grace_period_expires_at", "timestamp with time zone", true),
+            ("auto_renew", "boolean", true), ("auto_renew_product_id", "text", true), ("environment", "text", true),
+            ("ownership_type", "text", true), ("refunded_at", "timestamp with time zone", true),
+            ("updated_at", "timestamp with time zone", false),
+        ],
+        "transactions": [
+            ("transaction_id", "text", false), ("account_id", "text", false), ("original_transaction_id", "text", true),
+            ("product_id", "text", false), ("purchase_date", "timestamp with time zone", true),
+            ("original_purchase_date", "timestamp with time zone", true), ("expires_date", "timestamp with time zone", true),
+            ("cancellation_date", "timestamp with time zone", true), ("cancellation_reason", "integer", true),
+            ("is_upgraded", "boolean", true), ("is_trial_period", "boolean", true),
+            ("is_in_intro_offer_period", "boolean", true), ("quantity", "integer", true),
+            ("web_order_line_item_id", "text", true), ("subscription_group_identifier", "text", true),
+            ("offer_code_ref_name", "text", true), ("promotional_offer_id", "text", true),
+            ("ownership_type", "text", true), ("environment", "text", true),
+        ],
+        "reconciliation_runs": [
+            ("id", "bigint", false), ("kind", "text", false), ("status", "text", false), ("dry_run", "boolean", false),
+            ("started_at", "timestamp with time zone", false), ("finished_at", "timestamp with time zone", true),
+        ],
+        "corrections": [
+            ("id", "bigint", false), ("run_id", "bigint", false), ("account_id", "text", false),
+            ("product_id", "text", false), ("kind", "text", false), ("reason", "text", false), ("before", "jsonb", true),
+            ("after", "jsonb", true), ("applied_at", "timestamp with time zone", true),
+        ],
+        "notifications": [
+            ("id", "bigint", false), ("received_at", "timestamp with time zone", false), ("body", "jsonb", false),
+            ("processed_at", "timestamp with time zone", true), ("outcome", "text", true), ("account_id", "text", true),
+            ("run_id", "bigint", true),
+        ],
+    ]
+
+    @Test func schemaMatchesTheContractColumnByColumn() async throws {
+        let database = try await TestDatabase.create("schema")
+        let connection = try await database.connect()
+        try await Migrator().migrate(connection)
+        let rows = try await connection.query("""
+            SELECT table_name, column_name, data_type, is_nullable = 'YES' AS nullable
+            FROM information_schema.columns WHERE table_schema = 'iap'
+            """)
+        var actual: [String: [String: (type: String, nullable: Bool)]] = [:]
+        for row in rows {
+            actual[try row.decode("table_name"), default: [:]][try row.decode("column_name")] =
+                (try row.decode("data_type"), try row.decode("nullable"))
+        }
+        for (table, columns) in Self.contract {
+            for column in columns {
+                let found = actual[table]?[column.column]
+                #expect(found?.type == column.type, "iap.\(table).\(column.column) should be \(column.type)")
+                #expect(found?.nullable == column.nullable, "iap.\(table).\(column.column) nullability")
+            }
+        }
+        let keys = try await connection.query("""
+            SELECT tc.table_name, string_agg(kcu.column_name, ',' ORDER BY kcu.ordinal_position) AS columns
+            FROM information_schema.table_constraints tc
+            JOIN information_schema.key_column_usage kcu USING (constraint_schema, constraint_name)
+            WHERE tc.table_schema = 'iap' AND tc.constraint_type = 'PRIMARY KEY'
+            GROUP BY tc.table_name
+            """)
+        var primaryKeys: [String: String] = [:]
+        for row in keys { primaryKeys[try row.decode("table_name")] = try row.decode("columns") }
+        #expect(primaryKeys["app_receipts"] == "id")
+        #expect(primaryKeys["entitlements"] == "account_id,product_id")
+        #expect(primaryKeys["transactions"] == "transaction_id")
+        #expect(primaryKeys["products"] == "product_id")
+        #expect(primaryKeys["reconciliation_runs"] == "id")
+        #expect(primaryKeys["notifications"] == "id")
+        // Defaults the app server relies on when it inserts receipts.
+        try await connection.execute("INSERT INTO iap.app_receipts (account_id, latest_receipt) VALUES ('a', 'b')")
+        let defaults = try await connection.query("SELECT created_at, updated_at FROM iap.app_receipts")
+        #expect(try defaults[0].decode("created_at", as: Date?.self) != nil)
+        // The contract's closed vocabularies are enforced.
+        await #expect(throws: PostgresError.self) {
+            try await connection.execute("""
+                INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, state, entitled, updated_at)
+                VALUES ('a', 'p', 'o', 'active', false, now())
+                """)
+        }
+        await connection.close()
+        try await database.drop()
+    }
+}

@@ -1,0 +1,189 @@
+import Foundation
+import Postgres
+import Testing
+import TestSupport
+
+@Suite struct PostgresConnectionTests {
+    @Test func decodingErrorsNameTheColumnAndNotTheValue() async throws {
+        let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        let rows = try await connection.query("SELECT 'private-value'::text AS account_id, 1.5::numeric AS price")
+        do {
+            _ = try rows[0].decode("account_id", as: Int.self)
+            Issue.record("decoding text as Int should fail")
+        } catch {
+            #expect(error.column == "account_id")
+            #expect(error.description.contains("\"account_id\""))
+            #expect(error.description.contains("text"))
+            #expect(!error.description.contains("private-value"))
+        }
+        #expect(throws: PostgresError.self) { try rows[0].decode("price", as: Bool.self) }
+        #expect(throws: PostgresError.self) { try rows[0].decode("no_such_column", as: String.self) }
+    }
+
+    @Test func serverErrorsCarrySQLStateButNoBindValues() async throws {
+        let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        let secret = "s3cr3t-bind-value"
+        do {
+            try await connection.execute("SELECT \(secret)::integer")
+            Issue.record("casting text to integer should fail")
+        } catch {
+            #expect(error.sqlState == "22P02")
+            #expect(error.code == .server)
+            #expect(error.description.contains("22P02"))
+            #expect(!error.description.contains(secret))
+        }
+    }
+
+    @Test func failedConnectionSaysWhereAndLeaksNothing() async throws {
+        let port = try await unusedPort()
+        let connectionString = "host=127.0.0.1 port=\(port) user=alice password=hunter2-secret dbname=ledger connect_timeout=2"
+        let before = openFileDescriptors()
+        for _ in 0..<20 {
+            do {
+                _ = try await PostgresConnection.connect(connectionString)
+                Issue.record("connecting to a closed port should fail")
+            } catch {
+                #expect(error.code == .connectionFailed)
+                #expect(error.description.contains("127.0.0.1:\(port)/ledger as alice"))
+                #expect(!error.description.contains("hunter2-secret"))
+            }
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(openFileDescriptors() <= before + 2)
+    }
+
+    @Test func targetDescriptionHidesPasswordInURIs() {
+        let connection = "postgresql://bob:pa%24%24word@db.example:6543/billing?sslmode=disable"
+        #expect(PostgresConnection.describe(connection) == "db.example:6543/billing as bob")
+    }
+
+    @Test func transactionRollsBackWhenTheBodyThrows() async throws {
+        let database = try await TestDatabase.create("rollback")
+        let connection = try await database.connect()
+        try await connection.execute("CREATE TABLE ledger (id bigint PRIMARY KEY)")
+        struct Abort: Error {}
+        await #expect(throws: Abort.self) {
+            try await connection.withTransaction { connection in
+                try await connection.execute("INSERT INTO ledger VALUES (1)")
+                throw Abort()
+            }
+        }
+        await #expect(throws: PostgresError.self) {
+            try await connection.withTransaction { connection in
+                try await connection.execute("INSERT INTO ledger VALUES (2)")
+                try await connection.execute("INSERT INTO ledger VALUES (2)")  // unique violation
+            }
+        }
+        try await connection.withTransaction { connection in
+            try await connection.execute("INSERT INTO ledger VALUES (3)")
+        }
+        let rows = try await connection.query("SELECT id FROM ledger ORDER BY id")
+        #expect(try rows.map { try $0.decode("id", as: Int.self) } == [3])
+        await connection.close()
+        try await database.drop()
+    }
+
+    @Test func reconnectsAfterTheServerDropsTheSession() async throws {
+        let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        let admin = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        let firstPID = try await connection.backendProcessID()
+        try await admin.execute("SELECT pg_terminate_backend(\(firstPID))")
+        // The statement that meets the dead socket fails; the next one reconnects.
+        _ = try? await connection.query("SELECT 1")
+        let rows = try await connection.query("SELECT 2 AS two")
+        #expect(try rows[0].decode("two", as: Int.self) == 2)
+        #expect(try await connection.backendProcessID() != firstPID)
+    }
+
+    @Test func aLostConnectionInsideATransactionFailsTheTransaction() async throws {
+        let database = try await TestDatabase.create("lostintx")
+        let connection = try await database.connect()
+        let admin = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        try await connection.execute("CREATE TABLE ledger (id bigint PRIMARY KEY)")
+        let pid = try await connection.backendProcessID()
+        await #expect(throws: PostgresError.self) {
+            try await connection.withTransaction { connection in
+                try await connection.execute("INSERT INTO ledger VALUES (1)")
+                try await admin.execute("SELECT pg_terminate_backend(\(pid))")
+                try await connection.execute("INSERT INTO ledger VALUES (2)")
+                try await connection.execute("INSERT INTO ledger VALUES (3)")
+            }
+        }
+        let rows = try await connection.query("SELECT count(*) AS n FROM ledger")
+        #expect(try rows[0].decode("n", as: Int.self) == 0)
+        await connection.close()
+        try await database.drop()
+    }
+
+    @Test func copyLoadsRowsWithEveryAwkwardCharacter() async throws {
+        let database = try await TestDatabase.create("copy")
+        let connection = try await database.connect()
+        try await connection.execute("CREATE TABLE t (id bigint, note text, at timestamptz)")
+        let notes = ["tab\tand\nnewline", "back\\slash", "\\N", "plain", "日本"]
+        let rows: [[PostgresBind]] = (0..<10_000).map { index in
+            [PostgresBind(index), index % 7 == 0 ? .null : PostgresBind(notes[index % notes.count]),
+             PostgresBind(Date(timeIntervalSince1970: Double(index)))]
+        }
+        #expect(try await connection.copy(into: "t", columns: ["id", "note", "at"], rows: rows) == 10_000)
+        let back = try await connection.query("SELECT id, note, at FROM t WHERE id IN (1, 2, 3, 7, 9999) ORDER BY id")
+        #expect(try back.map { try $0.decode("note", as: String?.self) }
+            == ["back\\slash", "\\N", "plain", nil, "日本"])
+        #expect(try back[4].decode("at", as: Date.self) == Date(timeIntervalSince1970: 9999))
+        await #expect(throws: PostgresError.self) {
+            try await connection.copy(into: "t", columns: ["id"], rows: [[PostgresBind("not a number")]])
+        }
+        // The connection is still usable after a failed COPY.
+        #expect(try await connection.query("SELECT count(*) AS n FROM t")[0].decode("n", as: Int.self) == 10_000)
+        await connection.close()
+        try await database.drop()
+    }
+
+    @Test func cursorStreams200kRowsInFlatMemory() async throws {
+        let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        let payload = String(repeating: "r", count: 1_000)
+        var count = 0
+        var sum = 0
+        var residentAfterWarmUp = 0
+        try await connection.withCursor(
+            "SELECT n, \(payload) || n::text AS payload FROM generate_series(1, 200000) AS n", fetchSize: 2_000
+        ) { cursor in
+            for try await batch in cursor {
+                for row in batch {
+                    count += 1
+                    sum += try row.decode("n", as: Int.self)
+                    _ = try row.decode("payload", as: String.self)
+                }
+                if count == 20_000 { residentAfterWarmUp = residentBytes() }
+            }
+        }
+        #expect(count == 200_000)
+        #expect(sum == 200_000 * 200_001 / 2)
+        // Holding the rows would take over 200 MB; streaming keeps a couple of batches.
+        let growth = residentBytes() - residentAfterWarmUp
+        #expect(growth < 48 << 20, "resident memory grew by \(growth >> 20) MB while streaming")
+    }
+}
+
+func openFileDescriptors() -> Int {
+    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0
+}
+
+func residentBytes() -> Int {
+    guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+    let pages = statm.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
+    return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+/// A loopback port nobody listens on.
+func unusedPort() async throws -> Int {
+    let socketDescriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(socketDescriptor) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socketDescriptor, $0, length) } }
+    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socketDescriptor, $0, &length) } }
+    return Int(UInt16(bigEndian: address.sin_port))
+}

@@ -1,0 +1,79 @@
+import Foundation
+import Postgres
+
+/// A database of its own for one test, created in the throwaway cluster that `scripts/test`
+/// starts, so tests can run in parallel without sharing tables.
+public struct TestDatabase: Sendable {
+    /// libpq connection string of the new database.
+    public let connectionString: String
+    public let name: String
+
+    /// The cluster's admin connection string, exported by `scripts/test`.
+    public static var adminConnectionString: String {
+        get throws {
+            guard let url = ProcessInfo.processInfo.environment["RR_TEST_ADMIN_URL"], !url.isEmpty else {
+                throw TestSetupError(
+                    description: "RR_TEST_ADMIN_URL is not set: run the tests with scripts/test, which starts PostgreSQL")
+            }
+            return url
+        }
+    }
+
+    /// Creates an empty database named after the test.
+    public static func create(_ label: String = "t") async throws -> TestDatabase {
+        let admin = try await PostgresConnection.connect(try adminConnectionString)
+        defer { Task { await admin.close() } }
+        let suffix = UUID().uuidString.prefix(8).lowercased()
+        let safeLabel = label.lowercased().filter { $0.isLetter || $0.isNumber }.prefix(30)
+        let name = "rr_\(safeLabel)_\(suffix)"
+        try await admin.execute("CREATE DATABASE \(unescaped: name)")
+        let connectionString = try adminConnectionString.replacingDatabase(with: name)
+        return TestDatabase(connectionString: connectionString, name: name)
+    }
+
+    public func connect() async throws -> PostgresConnection {
+        try await PostgresConnection.connect(connectionString)
+    }
+
+    /// Drops the database, ending any session still in it.
+    public func drop() async throws {
+        let admin = try await PostgresConnection.connect(try Self.adminConnectionString)
+        try await admin.execute("DROP DATABASE IF EXISTS \(unescaped: name) WITH (FORCE)")
+        await admin.close()
+    }
+}
+
+public struct TestSetupError: Error, CustomStringConvertible {
+    public var description: String
+}
+
+extension String {
+    /// `host=... dbname=postgres` with dbname replaced (key/value form, as scripts/test writes it).
+    func replacingDatabase(with database: String) -> String {
+        let parts = split(separator: " ").filter { !$0.hasPrefix("dbname=") }
+        return (parts + ["dbname=\(database)"]).joined(separator: " ")
+    }
+}
+
+/// Paths of the shared fixtures and of the built executables.
+public enum TestPaths {
+    /// `../shared/fixtures`, beside the repository.
+    public static var fixtures: URL {
+        repositoryRoot.deletingLastPathComponent().appending(path: "shared/fixtures")
+    }
+
+    public static var repositoryRoot: URL {
+        var url = URL(filePath: #filePath)
+        for _ in 0..<3 { url.deleteLastPathComponent() }
+        return url
+    }
+
+    /// The directory `swift build` put the executables in (that of the test bundle).
+    public static var binaries: URL {
+        var url = URL(filePath: CommandLine.arguments[0]).standardizedFileURL
+        while url.pathComponents.count > 1 && !FileManager.default.fileExists(atPath: url.appending(path: "receipt-reconciler").path) {
+            url.deleteLastPathComponent()
+        }
+        return url
+    }
+}
