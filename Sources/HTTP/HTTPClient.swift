@@ -1,1 +1,294 @@
-enum HTTPPlaceholder {}
+import CCurl
+import Foundation
+import Synchronization
+
+/// Many HTTP requests in flight at once on one libcurl multi handle, with keep-alive,
+/// connection reuse and HTTP/2 multiplexing where the server offers it.
+///
+/// One thread of its own drives the multi handle; `execute` hands a request to it and awaits the
+/// answer through a continuation, so no blocking call ever runs on Swift's cooperative pool.
+/// TLS peer and host verification are always on: there is no switch to turn them off.
+///
+/// `Sendable`: the multi handle is only used on the loop thread (`curl_multi_wakeup`, which
+/// libcurl documents as callable from any thread, excepted); the queue shared with callers is
+/// behind a `Mutex`.
+public final class HTTPClient: Sendable {
+    public struct Configuration: Sendable {
+        /// Connections kept open to one host. Requests beyond them wait in libcurl's queue
+        /// (or share a connection, over HTTP/2).
+        public var maximumConnectionsPerHost: Int
+        /// Prefer waiting for a connection that can multiplex over opening a new one.
+        public var preferMultiplexing: Bool
+
+        public init(maximumConnectionsPerHost: Int = 64, preferMultiplexing: Bool = true) {
+            self.maximumConnectionsPerHost = maximumConnectionsPerHost
+            self.preferMultiplexing = preferMultiplexing
+        }
+    }
+
+    private struct SharedState {
+        var submitted: [Transfer] = []
+        var cancelled: [Transfer] = []
+        var isShuttingDown = false
+    }
+
+    private nonisolated(unsafe) let multi: UnsafeMutableRawPointer
+    private let state = Mutex(SharedState())
+    private let loopFinished = DispatchSemaphore(value: 0)
+
+    public init(configuration: Configuration = Configuration()) {
+        HTTPClient.initializeLibcurlOnce()
+        multi = curl_multi_init()
+        _ = rr_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.maximumConnectionsPerHost)
+        _ = rr_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, configuration.maximumConnectionsPerHost)
+        _ = rr_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
+        let preferMultiplexing = configuration.preferMultiplexing
+        let thread = Thread { [self] in
+            Thread.current.name = "curl-multi"
+            runLoop(preferMultiplexing: preferMultiplexing)
+            loopFinished.signal()
+        }
+        thread.start()
+    }
+
+    deinit {
+        shutdown()
+        curl_multi_cleanup(multi)
+    }
+
+    /// Stops the loop; requests still in flight fail with `cancelled`. Waits for the loop to end.
+    public func shutdown() {
+        let alreadyDown = state.withLock { state in
+            defer { state.isShuttingDown = true }
+            return state.isShuttingDown
+        }
+        guard !alreadyDown else { return }
+        curl_multi_wakeup(multi)
+        loopFinished.wait()
+    }
+
+    /// Sends `request` and returns the answer, whatever its status code. Throws only when no
+    /// complete answer came back.
+    public func execute(_ request: HTTPRequest) async throws(HTTPError) -> HTTPResponse {
+        guard !Task.isCancelled else { throw HTTPError(kind: .cancelled, message: "the request was cancelled") }
+        let transfer = Transfer(request: request)
+        let result: Result<HTTPResponse, HTTPError> = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                transfer.continuation = continuation
+                let accepted = state.withLock { state in
+                    guard !state.isShuttingDown else { return false }
+                    state.submitted.append(transfer)
+                    return true
+                }
+                if accepted {
+                    curl_multi_wakeup(multi)
+                } else {
+                    transfer.finish(.failure(HTTPError(kind: .cancelled, message: "the HTTP client was shut down")))
+                }
+            }
+        } onCancel: {
+            state.withLock { $0.cancelled.append(transfer) }
+            curl_multi_wakeup(multi)
+        }
+        return try result.get()
+    }
+
+    private static let libcurlInitialized: Bool = {
+        curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+    }()
+
+    private static func initializeLibcurlOnce() {
+        precondition(libcurlInitialized, "curl_global_init failed")
+    }
+
+    // MARK: - The loop thread
+
+    private func runLoop(preferMultiplexing: Bool) {
+        var active: [UnsafeMutableRawPointer: Transfer] = [:]
+        while true {
+            let (submitted, cancelled, isShuttingDown) = state.withLock { state in
+                defer {
+                    state.submitted.removeAll()
+                    state.cancelled.removeAll()
+                }
+                return (state.submitted, state.cancelled, state.isShuttingDown)
+            }
+            for transfer in submitted {
+                do {
+                    let easy = try transfer.start(preferMultiplexing: preferMultiplexing)
+                    active[easy] = transfer
+                    curl_multi_add_handle(multi, easy)
+                } catch {
+                    transfer.finish(.failure(error))
+                }
+            }
+            for transfer in cancelled {
+                guard let easy = transfer.easy, active.removeValue(forKey: easy) != nil else { continue }
+                curl_multi_remove_handle(multi, easy)
+                transfer.finish(.failure(HTTPError(kind: .cancelled, message: "the request was cancelled")))
+            }
+            if isShuttingDown {
+                for (easy, transfer) in active {
+                    curl_multi_remove_handle(multi, easy)
+                    transfer.finish(.failure(HTTPError(kind: .cancelled, message: "the HTTP client was shut down")))
+                }
+                let late = state.withLock { state in
+                    defer { state.submitted.removeAll() }
+                    return state.submitted
+                }
+                for transfer in late {
+                    transfer.finish(.failure(HTTPError(kind: .cancelled, message: "the HTTP client was shut down")))
+                }
+                return
+            }
+
+            var running: Int32 = 0
+            curl_multi_perform(multi, &running)
+            var remaining: Int32 = 0
+            while let message = curl_multi_info_read(multi, &remaining) {
+                guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
+                let code = message.pointee.data.result
+                curl_multi_remove_handle(multi, easy)
+                if let transfer = active.removeValue(forKey: easy) {
+                    transfer.complete(code: code)
+                }
+            }
+            curl_multi_poll(multi, nil, 0, 1_000, nil)
+        }
+    }
+}
+
+/// One request's easy handle, buffers and waiting continuation.
+///
+/// `@unchecked Sendable`: created by the caller, then handed to the loop thread, which alone
+/// touches it until `finish` resumes the continuation exactly once.
+final class Transfer: @unchecked Sendable {
+    let request: HTTPRequest
+    var continuation: CheckedContinuation<Result<HTTPResponse, HTTPError>, Never>?
+    private(set) var easy: UnsafeMutableRawPointer?
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+    var body: [UInt8] = []
+    var headers: [String: String] = [:]
+    var exceededLimit = false
+    /// libcurl keeps this pointer for the handle's life, so it must not move: allocated, not an array.
+    private let errorBuffer: UnsafeMutablePointer<CChar> = {
+        let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
+        buffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+        return buffer
+    }()
+
+    init(request: HTTPRequest) {
+        self.request = request
+    }
+
+    deinit {
+        if let easy { curl_easy_cleanup(easy) }
+        if let headerList { curl_slist_free_all(headerList) }
+        errorBuffer.deallocate()
+    }
+
+    /// Creates and configures the easy handle.
+    func start(preferMultiplexing: Bool) throws(HTTPError) -> UnsafeMutableRawPointer {
+        guard let easy = curl_easy_init() else {
+            throw HTTPError(kind: .other, message: "curl_easy_init failed")
+        }
+        self.easy = easy
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        var failures: [CURLcode] = []
+        func check(_ code: CURLcode) { if code != CURLE_OK { failures.append(code) } }
+
+        check(rr_curl_easy_setopt_string(easy, CURLOPT_URL, request.url))
+        check(rr_curl_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"))
+        check(rr_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1))
+        check(rr_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1))
+        check(rr_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2))
+        check(rr_curl_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS)))
+        check(rr_curl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, preferMultiplexing ? 1 : 0))
+        check(rr_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, request.connectTimeout.milliseconds))
+        check(rr_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, request.totalTimeout.milliseconds))
+        check(rr_curl_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, ""))
+        check(rr_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, request.method))
+        check(rr_curl_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer))
+        if request.method == "POST" {
+            check(rr_curl_easy_setopt_long(easy, CURLOPT_POST, 1))
+            check(rr_curl_easy_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(request.body.count)))
+            request.body.withUnsafeBytes { bytes in
+                let pointer = UnsafeMutableRawPointer(mutating: bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!)
+                check(rr_curl_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, pointer))
+            }
+        }
+        for header in request.headers + ["Expect:"] {  // no 100-continue round trip
+            headerList = curl_slist_append(headerList, header)
+        }
+        check(rr_curl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headerList))
+        check(rr_curl_easy_setopt_pointer(easy, CURLOPT_PRIVATE, context))
+        check(rr_curl_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context))
+        check(rr_curl_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION) { data, size, count, context in
+            let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
+            let length = size * count
+            guard transfer.body.count + length <= transfer.request.maximumResponseBytes else {
+                transfer.exceededLimit = true
+                return 0  // makes libcurl stop with CURLE_WRITE_ERROR
+            }
+            transfer.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: length))
+            return length
+        })
+        check(rr_curl_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context))
+        check(rr_curl_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION) { data, size, count, context in
+            let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
+            let length = size * count
+            let line = String(decoding: UnsafeRawBufferPointer(start: data, count: length), as: UTF8.self)
+            if line.hasPrefix("HTTP/") {
+                transfer.headers.removeAll()  // a new response (after a redirect or 100 Continue)
+            } else if let colon = line.firstIndex(of: ":") {
+                let name = line[..<colon].lowercased()
+                let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
+                transfer.headers[name] = value
+            }
+            return length
+        })
+        if let failure = failures.first {
+            throw HTTPError(kind: .other, message: String(cString: curl_easy_strerror(failure)), curlCode: Int(failure.rawValue))
+        }
+        return easy
+    }
+
+    /// Called on the loop thread when libcurl is done with the transfer.
+    func complete(code: CURLcode) {
+        guard let easy else { return }
+        if code == CURLE_OK {
+            var status = 0
+            _ = rr_curl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
+            finish(.success(HTTPResponse(status: status, headers: headers, body: body)))
+            return
+        }
+        let detail = String(cString: errorBuffer)
+        let message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
+        let kind: HTTPError.Kind
+        switch code {
+        case CURLE_OPERATION_TIMEDOUT: kind = .timeout
+        case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY: kind = .connectionFailed
+        case CURLE_WRITE_ERROR where exceededLimit: kind = .responseTooLarge
+        case CURLE_RECV_ERROR, CURLE_SEND_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_HTTP2, CURLE_HTTP2_STREAM:
+            kind = .connectionLost
+        case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
+             CURLE_SSL_CACERT_BADFILE:
+            kind = .tls
+        default: kind = .other
+        }
+        let limitNote = kind == .responseTooLarge ? " (limit \(request.maximumResponseBytes) bytes)" : ""
+        finish(.failure(HTTPError(kind: kind, message: message + limitNote, curlCode: Int(code.rawValue))))
+    }
+
+    func finish(_ result: Result<HTTPResponse, HTTPError>) {
+        continuation?.resume(returning: result)
+        continuation = nil
+    }
+}
+
+extension Duration {
+    var milliseconds: Int {
+        let (seconds, attoseconds) = components
+        return Int(seconds) * 1_000 + Int(attoseconds / 1_000_000_000_000_000)
+    }
+}

@@ -1,0 +1,23 @@
+import Foundation
+
+/// Reads files from `../shared/fixtures`.
+public enum Fixtures {
+    public static func data(_ path: String) throws -> Data {
+        try Data(contentsOf: TestPaths.fixtures.appending(path: path))
+    }
+
+    public static func bytes(_ path: String) throws -> [UInt8] {
+        Array(try data(path))
+    }
+
+    public static func files(in directory: String) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: TestPaths.fixtures.appending(path: directory).path).sorted()
+    }
+}
+
+extension Date {
+    /// `Date(ms: 1500975210000)`: a time written as Apple's `*_ms` value.
+    public init(ms: Int64) {
+        self.init(timeIntervalSince1970: Double(ms) / 1_000)
+    }
+}
