@@ -31,13 +31,16 @@ let package = Package(
         // Apple's verifyReceipt protocol: models, client, retry policy, and the local simulator.
         .target(name: "AppStore", dependencies: ["HTTP", logging]),
 
+        // The local verifyReceipt simulator that the demo, the tests and the benchmark talk to.
+        .target(name: "AppleSimulator"),
+
         // Entitlement rules, the diff and reports: pure functions, no I/O.
         .target(name: "Reconciliation", dependencies: ["AppStore"]),
 
         // The executable: commands, wiring, logging, exit codes.
         .executableTarget(
             name: "receipt-reconciler",
-            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "Reconciliation", argumentParser, logging],
+            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppleSimulator", "Reconciliation", argumentParser, logging],
             path: "Sources/ReceiptReconciler"
         ),
 

@@ -1,0 +1,221 @@
+import Foundation
+
+/// Builds a verifyReceipt answer from a short description, with the fields and sizes of real
+/// answers (display dates in GMT and PST beside each `_ms`), so the demo and the benchmark can
+/// make any number of accounts without stored answers:
+///
+///     "generate": {
+///       "status": 0, "bundle_id": "com.example.app", "latest_receipt": "...",
+///       "subscriptions": [{"product_id": "pro.monthly", "original_transaction_id": "1000001",
+///                          "start_ms": 1700000000000, "period_ms": 2592000000, "renewals": 12,
+///                          "cancel": {"at_ms": 1701000000000, "reason": 1, "upgraded": false},
+///                          "auto_renew": true, "auto_renew_product_id": "pro.monthly",
+///                          "grace_until_ms": 1702000000000, "billing_retry": false,
+///                          "expiration_intent": 2, "ownership": "PURCHASED", "group": "20662382"}],
+///       "purchases": [{"product_id": "coins.100", "transaction_id": "2000001", "purchase_ms": 1700000000000,
+///                      "cancel": {"at_ms": 1700100000000, "reason": 0}}]
+///     }
+///
+/// A subscription of n renewals has n transactions; the first has the original's id, renewal i
+/// has the original's id followed by i in three digits. A `cancel` applies to the last one.
+struct AnswerGeneration: Sendable {
+    struct Cancellation: Sendable {
+        var atMilliseconds: Int64
+        var reason: Int
+        var isUpgrade: Bool
+    }
+
+    struct Subscription: Sendable {
+        var productId: String
+        var originalTransactionId: String
+        var startMilliseconds: Int64
+        var periodMilliseconds: Int64
+        var renewals: Int
+        var cancellation: Cancellation?
+        var autoRenew: Bool
+        var autoRenewProductId: String?
+        var graceUntilMilliseconds: Int64?
+        var isInBillingRetry: Bool
+        var expirationIntent: Int?
+        var ownership: String
+        var group: String
+    }
+
+    struct Purchase: Sendable {
+        var productId: String
+        var transactionId: String
+        var purchaseMilliseconds: Int64
+        var quantity: Int
+        var cancellation: Cancellation?
+    }
+
+    var status: Int
+    var bundleId: String
+    var latestReceipt: String?
+    var subscriptions: [Subscription]
+    var purchases: [Purchase]
+
+    init(_ spec: [String: Any]) throws {
+        func int64(_ value: Any?) -> Int64? {
+            if let number = value as? Int64 { return number }
+            if let number = value as? Int { return Int64(number) }
+            if let number = value as? Double { return Int64(number) }
+            if let text = value as? String { return Int64(text) }
+            return nil
+        }
+        func cancellation(_ value: Any?) -> Cancellation? {
+            guard let spec = value as? [String: Any], let at = int64(spec["at_ms"]) else { return nil }
+            return Cancellation(atMilliseconds: at, reason: spec["reason"] as? Int ?? 0, isUpgrade: spec["upgraded"] as? Bool ?? false)
+        }
+        status = spec["status"] as? Int ?? 0
+        bundleId = spec["bundle_id"] as? String ?? "com.example.app"
+        latestReceipt = spec["latest_receipt"] as? String
+        subscriptions = try (spec["subscriptions"] as? [[String: Any]] ?? []).map { item in
+            guard let product = item["product_id"] as? String, let original = item["original_transaction_id"].map({ "\($0)" }) else {
+                throw SimulatorError("a generated subscription needs product_id and original_transaction_id")
+            }
+            return Subscription(
+                productId: product, originalTransactionId: original,
+                startMilliseconds: int64(item["start_ms"]) ?? 1_700_000_000_000,
+                periodMilliseconds: int64(item["period_ms"]) ?? 2_592_000_000,
+                renewals: max(1, item["renewals"] as? Int ?? 1),
+                cancellation: cancellation(item["cancel"]),
+                autoRenew: item["auto_renew"] as? Bool ?? true,
+                autoRenewProductId: item["auto_renew_product_id"] as? String,
+                graceUntilMilliseconds: int64(item["grace_until_ms"]),
+                isInBillingRetry: item["billing_retry"] as? Bool ?? false,
+                expirationIntent: item["expiration_intent"] as? Int,
+                ownership: item["ownership"] as? String ?? "PURCHASED",
+                group: item["group"].map { "\($0)" } ?? "20662382")
+        }
+        purchases = try (spec["purchases"] as? [[String: Any]] ?? []).map { item in
+            guard let product = item["product_id"] as? String, let id = item["transaction_id"].map({ "\($0)" }) else {
+                throw SimulatorError("a generated purchase needs product_id and transaction_id")
+            }
+            return Purchase(
+                productId: product, transactionId: id, purchaseMilliseconds: int64(item["purchase_ms"]) ?? 1_700_000_000_000,
+                quantity: item["quantity"] as? Int ?? 1, cancellation: cancellation(item["cancel"]))
+        }
+    }
+
+    func answer(receiptData: String, environment: String, excludeOldTransactions: Bool) throws -> [UInt8] {
+        guard status == 0 || status == 21006 else {
+            return Array(try JSONSerialization.data(withJSONObject: ["status": status, "environment": environment]))
+        }
+        var latestInfo: [[String: Any]] = []
+        var inApp: [[String: Any]] = []
+        var pending: [[String: Any]] = []
+        for subscription in subscriptions {
+            var chain: [[String: Any]] = []
+            for index in 0..<subscription.renewals {
+                let purchase = subscription.startMilliseconds + Int64(index) * subscription.periodMilliseconds
+                let id = index == 0 ? subscription.originalTransactionId
+                    : subscription.originalTransactionId + String(format: "%03d", index)
+                var transaction = Self.transaction(
+                    productId: subscription.productId, transactionId: id, originalTransactionId: subscription.originalTransactionId,
+                    purchase: purchase, originalPurchase: subscription.startMilliseconds,
+                    expires: purchase + subscription.periodMilliseconds, quantity: 1)
+                transaction["web_order_line_item_id"] = String(Int64(subscription.originalTransactionId.filter(\.isNumber).prefix(15)).map { $0 + 500_000_000 + Int64(index) } ?? Int64(index))
+                transaction["is_trial_period"] = index == 0 ? "true" : "false"
+                transaction["subscription_group_identifier"] = subscription.group
+                transaction["in_app_ownership_type"] = subscription.ownership
+                if index == subscription.renewals - 1, let cancellation = subscription.cancellation {
+                    Self.addCancellation(cancellation, to: &transaction)
+                }
+                chain.append(transaction)
+            }
+            inApp += chain
+            latestInfo += excludeOldTransactions ? Array(chain.suffix(1)) : chain
+            var renewal: [String: Any] = [
+                "original_transaction_id": subscription.originalTransactionId,
+                "product_id": subscription.productId,
+                "auto_renew_product_id": subscription.autoRenewProductId ?? subscription.productId,
+                "auto_renew_status": subscription.autoRenew ? "1" : "0",
+                "is_in_billing_retry_period": subscription.isInBillingRetry ? "1" : "0",
+            ]
+            if let intent = subscription.expirationIntent { renewal["expiration_intent"] = String(intent) }
+            if let grace = subscription.graceUntilMilliseconds {
+                renewal.merge(Self.dateFields("grace_period_expires_date", grace)) { $1 }
+            }
+            pending.append(renewal)
+        }
+        for purchase in purchases {
+            var transaction = Self.transaction(
+                productId: purchase.productId, transactionId: purchase.transactionId, originalTransactionId: purchase.transactionId,
+                purchase: purchase.purchaseMilliseconds, originalPurchase: purchase.purchaseMilliseconds, expires: nil,
+                quantity: purchase.quantity)
+            transaction["is_trial_period"] = "false"
+            transaction["in_app_ownership_type"] = "PURCHASED"
+            if let cancellation = purchase.cancellation { Self.addCancellation(cancellation, to: &transaction) }
+            inApp.append(transaction)
+        }
+        latestInfo.sort { ($0["purchase_date_ms"] as? String ?? "") < ($1["purchase_date_ms"] as? String ?? "") }
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        var receipt: [String: Any] = [
+            "receipt_type": environment == "Sandbox" ? "ProductionSandbox" : "Production",
+            "adam_id": 0, "app_item_id": 0, "bundle_id": bundleId, "application_version": "1",
+            "download_id": 0, "version_external_identifier": 0, "original_application_version": "1.0",
+            "in_app": inApp,
+        ]
+        receipt.merge(Self.dateFields("receipt_creation_date", now - 60_000)) { $1 }
+        receipt.merge(Self.dateFields("request_date", now)) { $1 }
+        receipt.merge(Self.dateFields("original_purchase_date", 1_375_340_400_000)) { $1 }
+        var body: [String: Any] = [
+            "status": status, "environment": environment, "receipt": receipt,
+            "latest_receipt": latestReceipt ?? receiptData,
+        ]
+        if !subscriptions.isEmpty {
+            body["latest_receipt_info"] = latestInfo
+            body["pending_renewal_info"] = pending
+        }
+        return Array(try JSONSerialization.data(withJSONObject: body))
+    }
+
+    static func transaction(
+        productId: String, transactionId: String, originalTransactionId: String, purchase: Int64, originalPurchase: Int64,
+        expires: Int64?, quantity: Int
+    ) -> [String: Any] {
+        var transaction: [String: Any] = [
+            "quantity": String(quantity), "product_id": productId, "transaction_id": transactionId,
+            "original_transaction_id": originalTransactionId, "is_in_intro_offer_period": "false",
+        ]
+        transaction.merge(dateFields("purchase_date", purchase)) { $1 }
+        transaction.merge(dateFields("original_purchase_date", originalPurchase)) { $1 }
+        if let expires { transaction.merge(dateFields("expires_date", expires)) { $1 } }
+        return transaction
+    }
+
+    static func addCancellation(_ cancellation: Cancellation, to transaction: inout [String: Any]) {
+        transaction.merge(dateFields("cancellation_date", cancellation.atMilliseconds)) { $1 }
+        transaction["cancellation_reason"] = String(cancellation.reason)
+        if cancellation.isUpgrade { transaction["is_upgraded"] = "true" }
+    }
+
+    /// `name`, `name_ms` and `name_pst`, as Apple writes them. The display strings are only
+    /// there for realistic sizes (nobody should read them): PST is written as UTC-8 all year.
+    static func dateFields(_ name: String, _ milliseconds: Int64) -> [String: Any] {
+        [
+            name: display(milliseconds) + " Etc/GMT",
+            name + "_ms": String(milliseconds),
+            name + "_pst": display(milliseconds - 8 * 3_600_000) + " America/Los_Angeles",
+        ]
+    }
+
+    /// `yyyy-MM-dd HH:mm:ss` in UTC, without a (not thread-safe) formatter.
+    static func display(_ milliseconds: Int64) -> String {
+        let seconds = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
+        let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
+        let secondOfDay = seconds - days * 86_400
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        func two(_ value: Int64) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return "\(year)-\(two(month))-\(two(day)) \(two(secondOfDay / 3600)):\(two(secondOfDay / 60 % 60)):\(two(secondOfDay % 60))"
+    }
+}

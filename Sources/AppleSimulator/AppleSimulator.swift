@@ -1,0 +1,133 @@
+import Foundation
+import Synchronization
+
+/// A local stand-in for Apple's verifyReceipt endpoint, for the demo and the project's tests.
+///
+/// Serves `POST /verifyReceipt` (production) and `POST /sandbox/verifyReceipt` (sandbox), and
+/// `GET /__stats` (request and connection counts). It answers from a scenario (receipt ->
+/// environment, answer, scripted faults) or, for synthetic receipts, from the spec the receipt
+/// carries inside itself: `base64("simulated-receipt:" + JSON spec)`, so a million accounts need
+/// no stored answers.
+public final class AppleSimulator: Sendable {
+    public static let syntheticPrefix = "simulated-receipt:"
+
+    private let scenario: SimulationScenario
+    private let attempts = Mutex([String: Int]())
+    private let server: LoopbackHTTPServer
+
+    public var port: Int { server.port }
+
+    public init(scenario: SimulationScenario, host: String = "127.0.0.1", port: Int = 0, latencyMilliseconds: Int? = nil) throws {
+        self.scenario = scenario
+        var handler: LoopbackHTTPServer.Handler = { _, _, _ in .drop }
+        let box = HandlerBox()
+        handler = { method, path, body in box.simulator?.handle(method: method, path: path, body: body) ?? .drop }
+        server = try LoopbackHTTPServer(
+            host: host, port: port, latencyMilliseconds: latencyMilliseconds ?? scenario.latencyMilliseconds, handler: handler)
+        box.simulator = self
+    }
+
+    public func serveForever() -> Never {
+        server.serveForever()
+    }
+
+    /// Turns one request into Apple's answer, or into the fault scripted for this attempt.
+    func handle(method: String, path: String, body: [UInt8]) -> SimulatedReply {
+        if method == "GET" && path == "/__stats" {
+            let stats = server.currentStatistics
+            return .respond(status: 200, body: Self.json([
+                "requests": stats.requests, "connections": stats.connections,
+                "max_open_connections": stats.maximumOpenConnections, "max_in_flight": stats.maximumInFlight,
+            ]))
+        }
+        let endpoint: String
+        switch path {
+        case "/verifyReceipt": endpoint = "Production"
+        case "/sandbox/verifyReceipt": endpoint = "Sandbox"
+        default: return .respond(status: 404, body: Array("not found\n".utf8))
+        }
+        guard method == "POST" else { return .respond(status: 200, body: Self.json(["status": 21000])) }
+        guard let request = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any],
+              let receiptData = request["receipt-data"] as? String
+        else { return .respond(status: 200, body: Self.json(["status": 21002])) }
+        let normalized = receiptData.filter { !$0.isWhitespace }
+        guard let decoded = Data(base64Encoded: normalized) else {
+            return .respond(status: 200, body: Self.json(["status": 21002]))
+        }
+
+        let receipt: SimulatedReceipt
+        if decoded.starts(with: Self.syntheticPrefix.utf8) {
+            let spec = decoded.dropFirst(Self.syntheticPrefix.utf8.count)
+            guard let parsed = try? SimulatedReceipt(json: Data(spec)) else {
+                return .respond(status: 200, body: Self.json(["status": 21002]))
+            }
+            receipt = parsed
+        } else if let known = scenario.receipts[normalized] {
+            receipt = known
+        } else {
+            return .respond(status: 200, body: Self.json(["status": 21003, "environment": endpoint]))
+        }
+
+        if let secret = scenario.sharedSecret, (request["password"] as? String) != secret {
+            return .respond(status: 200, body: Self.json(["status": 21004, "environment": endpoint]))
+        }
+
+        let attempt = attempts.withLock { counts in
+            counts[normalized, default: 0] += 1
+            return counts[normalized]!
+        }
+        let fault: SimulatedFault? = receipt.faults.isEmpty ? nil
+            : receipt.repeatFaults ? receipt.faults[(attempt - 1) % receipt.faults.count]
+            : attempt <= receipt.faults.count ? receipt.faults[attempt - 1] : nil
+
+        if case .status(let status, let retryable, let spelling)? = fault {
+            var object: [String: Any] = ["status": status, "environment": endpoint]
+            if let retryable { object[spelling] = retryable }
+            return .respond(status: 200, body: Self.json(object))
+        }
+        if case .http(let status, let retryAfter)? = fault {
+            var headers: [String: String] = ["Content-Type": "text/html"]
+            if let retryAfter { headers["Retry-After"] = retryAfter }
+            return .respond(status: status, headers: headers, body: Array("<html><body>\(status)</body></html>".utf8))
+        }
+        if case .drop? = fault { return .drop }
+        if case .garbage? = fault {
+            return .respond(status: 200, headers: ["Content-Type": "text/html"], body: Array("<html>Apple is busy</html>".utf8))
+        }
+        if case .oversize(let bytes)? = fault {
+            let padding = String(repeating: "x", count: max(0, bytes))
+            return .respond(status: 200, body: Array(#"{"status": 0, "padding": "\#(padding)"}"#.utf8))
+        }
+
+        // The receipt's environment decides where it verifies: the wrong host says so.
+        if receipt.environment == "Sandbox" && endpoint == "Production" {
+            return .respond(status: 200, body: Self.json(["status": 21007]))
+        }
+        if receipt.environment == "Production" && endpoint == "Sandbox" {
+            return .respond(status: 200, body: Self.json(["status": 21008]))
+        }
+
+        let answer: [UInt8]
+        do {
+            answer = try receipt.answer(receiptData: normalized, environment: endpoint,
+                                        excludeOldTransactions: (request["exclude-old-transactions"] as? Bool) ?? false)
+        } catch {
+            return .respond(status: 500, body: Array("simulator: \(error)".utf8))
+        }
+        switch fault {
+        case .truncate?: return .truncate(status: 200, body: answer)
+        case .delay(let milliseconds)?: return .delayed(milliseconds: milliseconds, then: answer)
+        default: return .respond(status: 200, body: answer)
+        }
+    }
+
+    static func json(_ object: [String: Any]) -> [UInt8] {
+        Array((try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8))
+    }
+
+    /// Lets the server's handler reach the simulator that owns the server.
+    private final class HandlerBox: @unchecked Sendable {
+        // Written once in AppleSimulator.init before the server accepts anything; read-only after.
+        var simulator: AppleSimulator?
+    }
+}

@@ -1,0 +1,129 @@
+import Foundation
+
+/// The simulator's script, read from a JSON file:
+///
+///     {
+///       "shared_secret": "s3cret",        // requests with another password get 21004
+///       "latency_ms": 50,                  // added to every request
+///       "receipts": {
+///         "<base64 receipt-data>": {
+///           "environment": "Production",   // or "Sandbox": the other host answers 21007/21008
+///           "response_file": "answers/a.json",  // or "response": { ...Apple's JSON... } or "generate": {...}
+///           "faults": [{"status": 21199, "is_retryable": true}, {"http": 503, "retry_after": "1"},
+///                      {"drop": true}, {"truncate": true}, {"delay_ms": 3000}, {"garbage": true},
+///                      {"oversize_bytes": 20000000}],
+///           "repeat_faults": false         // true: the faults cycle forever
+///         }
+///       }
+///     }
+///
+/// Faults apply to the receipt's first attempts in order; later attempts get the answer.
+public struct SimulationScenario: Sendable {
+    public var sharedSecret: String?
+    public var latencyMilliseconds: Int
+    public var receipts: [String: SimulatedReceipt]
+
+    public init(sharedSecret: String? = nil, latencyMilliseconds: Int = 0, receipts: [String: SimulatedReceipt] = [:]) {
+        self.sharedSecret = sharedSecret
+        self.latencyMilliseconds = latencyMilliseconds
+        self.receipts = receipts
+    }
+
+    /// Reads a scenario file; `response_file` paths are relative to the file's directory.
+    public init(contentsOf url: URL) throws {
+        let object = try JSONSerialization.jsonObject(with: Data(contentsOf: url))
+        guard let root = object as? [String: Any] else { throw SimulatorError("\(url.path): the scenario must be a JSON object") }
+        sharedSecret = root["shared_secret"] as? String
+        latencyMilliseconds = root["latency_ms"] as? Int ?? 0
+        var receipts: [String: SimulatedReceipt] = [:]
+        for (key, value) in root["receipts"] as? [String: Any] ?? [:] {
+            guard let spec = value as? [String: Any] else { throw SimulatorError("receipt \(key.prefix(16))…: not an object") }
+            receipts[key.filter { !$0.isWhitespace }] = try SimulatedReceipt(spec: spec, baseDirectory: url.deletingLastPathComponent())
+        }
+        self.receipts = receipts
+    }
+}
+
+/// One scripted fault.
+public enum SimulatedFault: Sendable, Equatable {
+    /// Apple's answer with this status (and the retry flag, in the given spelling, when set).
+    case status(Int, isRetryable: Bool?, spelling: String)
+    /// An HTTP error page with this code (and `Retry-After` when set).
+    case http(Int, retryAfter: String?)
+    case drop, truncate, garbage
+    case delay(milliseconds: Int)
+    case oversize(bytes: Int)
+
+    init(_ spec: [String: Any]) throws {
+        if let status = spec["status"] as? Int {
+            if let flag = spec["is-retryable"] {
+                self = .status(status, isRetryable: Self.flag(flag), spelling: "is-retryable")
+            } else {
+                self = .status(status, isRetryable: spec["is_retryable"].map(Self.flag), spelling: "is_retryable")
+            }
+        } else if let code = spec["http"] as? Int {
+            self = .http(code, retryAfter: spec["retry_after"].map { "\($0)" })
+        } else if spec["drop"] != nil {
+            self = .drop
+        } else if spec["truncate"] != nil {
+            self = .truncate
+        } else if spec["garbage"] != nil {
+            self = .garbage
+        } else if let milliseconds = spec["delay_ms"] as? Int {
+            self = .delay(milliseconds: milliseconds)
+        } else if let bytes = spec["oversize_bytes"] as? Int {
+            self = .oversize(bytes: bytes)
+        } else {
+            throw SimulatorError("unknown fault \(spec.keys.sorted())")
+        }
+    }
+
+    private static func flag(_ value: Any) -> Bool {
+        if let bool = value as? Bool { return bool }
+        if let number = value as? Int { return number != 0 }
+        return "\(value)" == "true" || "\(value)" == "1"
+    }
+}
+
+/// What the simulator knows about one receipt.
+public struct SimulatedReceipt: Sendable {
+    public var environment: String
+    public var faults: [SimulatedFault]
+    public var repeatFaults: Bool
+    /// A fixed answer body (from `response` or `response_file`).
+    public var response: [UInt8]?
+    /// Otherwise, the answer is generated from this.
+    var generation: AnswerGeneration?
+
+    /// Parses a synthetic receipt's embedded spec.
+    init(json: Data) throws {
+        guard let spec = try JSONSerialization.jsonObject(with: json) as? [String: Any] else {
+            throw SimulatorError("a synthetic receipt's spec must be a JSON object")
+        }
+        try self.init(spec: spec, baseDirectory: nil)
+    }
+
+    init(spec: [String: Any], baseDirectory: URL?) throws {
+        environment = spec["environment"] as? String ?? "Production"
+        faults = try (spec["faults"] as? [[String: Any]] ?? []).map(SimulatedFault.init)
+        repeatFaults = spec["repeat_faults"] as? Bool ?? false
+        if let inline = spec["response"] {
+            response = Array(try JSONSerialization.data(withJSONObject: inline))
+        } else if let file = spec["response_file"] as? String, let baseDirectory {
+            let url = file.hasPrefix("/") ? URL(filePath: file) : baseDirectory.appending(path: file)
+            response = Array(try Data(contentsOf: url))
+        } else if let generate = spec["generate"] as? [String: Any] {
+            generation = try AnswerGeneration(generate)
+        }
+        if response == nil && generation == nil {
+            generation = try AnswerGeneration([:])
+        }
+    }
+
+    /// The answer body for a request that reached the right host.
+    func answer(receiptData: String, environment: String, excludeOldTransactions: Bool) throws -> [UInt8] {
+        if let response { return response }
+        return try (generation ?? AnswerGeneration([:])).answer(
+            receiptData: receiptData, environment: environment, excludeOldTransactions: excludeOldTransactions)
+    }
+}
