@@ -44,9 +44,9 @@ let package = Package(
             path: "Sources/ReceiptReconciler"
         ),
 
-        .target(name: "TestSupport", dependencies: ["Postgres"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["Postgres", "HTTP"], path: "Tests/TestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport"]),
-        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "TestSupport"]),
+        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "HTTP", "TestSupport"]),
         .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStore", "TestSupport"]),
     ]
 )

@@ -13,6 +13,7 @@ public final class AppleSimulator: Sendable {
 
     private let scenario: SimulationScenario
     private let attempts = Mutex([String: Int]())
+    private let verifyRequests = Mutex(0)
     private let server: LoopbackHTTPServer
 
     public var port: Int { server.port }
@@ -36,7 +37,7 @@ public final class AppleSimulator: Sendable {
         if method == "GET" && path == "/__stats" {
             let stats = server.currentStatistics
             return .respond(status: 200, body: Self.json([
-                "requests": stats.requests, "connections": stats.connections,
+                "apple_requests": verifyRequests.withLock { $0 }, "connections": stats.connections,
                 "max_open_connections": stats.maximumOpenConnections, "max_in_flight": stats.maximumInFlight,
             ]))
         }
@@ -46,6 +47,7 @@ public final class AppleSimulator: Sendable {
         case "/sandbox/verifyReceipt": endpoint = "Sandbox"
         default: return .respond(status: 404, body: Array("not found\n".utf8))
         }
+        verifyRequests.withLock { $0 += 1 }
         guard method == "POST" else { return .respond(status: 200, body: Self.json(["status": 21000])) }
         guard let request = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any],
               let receiptData = request["receipt-data"] as? String

@@ -1,0 +1,75 @@
+import Synchronization
+
+/// At most `limit` holders at a time; the others wait in line (first come, first served).
+public final class ConcurrencyLimiter: Sendable {
+    private struct State {
+        var available: Int
+        var waiters: [CheckedContinuation<Void, Never>] = []
+        var head = 0
+    }
+
+    private let state: Mutex<State>
+
+    public init(limit: Int) {
+        state = Mutex(State(available: max(1, limit)))
+    }
+
+    public func acquire() async {
+        await withCheckedContinuation { continuation in
+            let acquired = state.withLock { state in
+                if state.available > 0 {
+                    state.available -= 1
+                    return true
+                }
+                state.waiters.append(continuation)
+                return false
+            }
+            if acquired { continuation.resume() }
+        }
+    }
+
+    public func release() {
+        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            if state.head < state.waiters.count {
+                let waiter = state.waiters[state.head]
+                state.head += 1
+                if state.head > 1024 && state.head * 2 > state.waiters.count {
+                    state.waiters.removeFirst(state.head)
+                    state.head = 0
+                }
+                return waiter
+            }
+            state.available += 1
+            return nil
+        }
+        next?.resume()
+    }
+
+    public func withPermit<Result>(_ body: () async throws -> Result) async rethrows -> Result {
+        await acquire()
+        defer { release() }
+        return try await body()
+    }
+}
+
+/// Spaces requests at least `1/rate` seconds apart, across all tasks.
+public final class RateLimiter: Sendable {
+    private let interval: Duration
+    private let next: Mutex<ContinuousClock.Instant>
+
+    public init(requestsPerSecond: Double) {
+        interval = .nanoseconds(Int64(1_000_000_000 / max(requestsPerSecond, 0.001)))
+        next = Mutex(ContinuousClock.now)
+    }
+
+    /// Waits for this caller's turn.
+    public func acquire() async {
+        let now = ContinuousClock.now
+        let turn = next.withLock { next in
+            let turn = max(next, now)
+            next = turn + interval
+            return turn
+        }
+        if turn > now { try? await Task.sleep(until: turn, clock: .continuous) }
+    }
+}

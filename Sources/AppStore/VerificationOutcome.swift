@@ -1,0 +1,64 @@
+import Foundation
+
+/// Apple's two verifyReceipt hosts.
+public enum AppleEnvironment: String, Sendable, Codable, CaseIterable {
+    case production = "Production"
+    case sandbox = "Sandbox"
+
+    /// Reads Apple's spellings: `Production`, `PROD`, `Sandbox`.
+    public init?(appleName: String?) {
+        switch appleName?.lowercased() {
+        case "production", "prod": self = .production
+        case "sandbox": self = .sandbox
+        default: return nil
+        }
+    }
+}
+
+/// How verifying one receipt ended, after every attempt and redirect.
+public struct VerificationOutcome: Sendable {
+    public enum Result: Sendable {
+        /// Apple answered 0 (or 21006 with a receipt): the answer is the truth for this receipt.
+        case verified(VerifyReceiptResponse)
+        /// Apple's or the network's trouble outlasted the attempts: try again in a later run.
+        case deferred(reason: String)
+        /// A final answer that is not a verification: the receipt's fault, the secret's, or an
+        /// unknown status. `status` is Apple's when one came back.
+        case failed(status: Int?, reason: String)
+        /// The blob is not a receipt at all (empty, not base64, too large): it was never sent.
+        case invalidReceipt(reason: String)
+    }
+
+    public var result: Result
+    /// HTTP exchanges made, redirects included.
+    public var requests: Int
+    /// Attempts made (a redirect hop belongs to the attempt it happened in).
+    public var attempts: Int
+    /// The hosts asked, in order.
+    public var endpoints: [AppleEnvironment]
+    /// Apple's status in the final answer of the last attempt, after any hop; nil when none came back.
+    public var finalStatus: Int?
+    /// Where the receipt verified, or where Apple said it belongs (learned from 21007/21008).
+    public var environment: AppleEnvironment?
+
+    public var name: String {
+        switch result {
+        case .verified: "verified"
+        case .deferred: "deferred"
+        case .failed: "failed"
+        case .invalidReceipt: "invalid_receipt"
+        }
+    }
+
+    public var reason: String? {
+        switch result {
+        case .verified: nil
+        case .deferred(let reason), .failed(_, let reason), .invalidReceipt(let reason): reason
+        }
+    }
+
+    public var response: VerifyReceiptResponse? {
+        if case .verified(let response) = result { return response }
+        return nil
+    }
+}

@@ -1,0 +1,245 @@
+import Foundation
+import HTTP
+import Logging
+
+/// Verifies receipts with Apple's verifyReceipt endpoint as contract section 4 says: production
+/// first unless the environment is known, one redirect hop per attempt on 21007/21008, retries
+/// with backoff for Apple's and the network's trouble, and never a request for a blob that is
+/// not a receipt.
+///
+/// The shared secret travels only in the request body; it is never logged or put in an outcome.
+public final class VerifyReceiptClient: Sendable {
+    public struct Endpoints: Sendable {
+        public var production: String
+        public var sandbox: String
+
+        public static let apple = Endpoints(
+            production: "https://buy.itunes.apple.com/verifyReceipt",
+            sandbox: "https://sandbox.itunes.apple.com/verifyReceipt")
+
+        public init(production: String, sandbox: String) {
+            self.production = production
+            self.sandbox = sandbox
+        }
+
+        func url(_ environment: AppleEnvironment) -> String {
+            environment == .production ? production : sandbox
+        }
+    }
+
+    private let http: HTTPClient
+    private let endpoints: Endpoints
+    private let sharedSecret: String?
+    private let policy: VerificationPolicy
+    private let limiter: ConcurrencyLimiter
+    private let rateLimiter: RateLimiter?
+    private let logger: Logger
+
+    /// - Parameters:
+    ///   - concurrency: HTTP requests in flight at once, across all callers.
+    ///   - requestsPerSecond: optional ceiling on the request rate.
+    public init(
+        endpoints: Endpoints, sharedSecret: String?, policy: VerificationPolicy = VerificationPolicy(),
+        concurrency: Int = 64, requestsPerSecond: Double? = nil, maximumConnectionsPerHost: Int? = nil,
+        logger: Logger = Logger(label: "receipt-reconciler.apple")
+    ) {
+        http = HTTPClient(configuration: .init(maximumConnectionsPerHost: maximumConnectionsPerHost ?? concurrency))
+        self.endpoints = endpoints
+        self.sharedSecret = sharedSecret
+        self.policy = policy
+        limiter = ConcurrencyLimiter(limit: concurrency)
+        rateLimiter = requestsPerSecond.map { RateLimiter(requestsPerSecond: $0) }
+        self.logger = logger
+    }
+
+    public func shutdown() {
+        http.shutdown()
+    }
+
+    /// The blob as it will be sent (whitespace removed), or why it is not a receipt.
+    public static func normalizedReceipt(_ blob: String, maximumBytes: Int) -> Swift.Result<String, ReceiptBlobError> {
+        let compact = blob.filter { !$0.isWhitespace }
+        guard !compact.isEmpty else { return .failure(.empty) }
+        guard compact.utf8.count <= maximumBytes else { return .failure(.tooLarge(bytes: compact.utf8.count, limit: maximumBytes)) }
+        guard compact.utf8.allSatisfy({ isBase64Byte($0) }), let data = Data(base64Encoded: compact), !data.isEmpty else {
+            return .failure(.notBase64)
+        }
+        return .success(compact)
+    }
+
+    /// Verifies one receipt. `knownEnvironment` is where it verified last time, if known.
+    public func verify(receipt blob: String, knownEnvironment: AppleEnvironment? = nil) async -> VerificationOutcome {
+        var outcome = VerificationOutcome(result: .deferred(reason: "not attempted"), requests: 0, attempts: 0,
+                                          endpoints: [], finalStatus: nil, environment: knownEnvironment)
+        let receiptData: String
+        switch Self.normalizedReceipt(blob, maximumBytes: policy.maximumReceiptBytes) {
+        case .success(let compact): receiptData = compact
+        case .failure(let error):
+            outcome.result = .invalidReceipt(reason: error.description)
+            return outcome
+        }
+        let body = requestBody(receiptData)
+        var environment = knownEnvironment ?? .production
+        var generator = SystemRandomNumberGenerator()
+
+        for attempt in 1...policy.maximumAttempts {
+            outcome.attempts = attempt
+            var hopped = false
+            var verdict: Verdict
+            while true {
+                verdict = await exchange(body, environment: environment, outcome: &outcome)
+                switch verdict {
+                case .redirect(let target) where !hopped:
+                    hopped = true
+                    environment = target
+                    outcome.environment = target
+                    continue
+                case .redirect:
+                    verdict = .final(status: outcome.finalStatus, reason: "Apple redirected the receipt twice in one attempt (status \(outcome.finalStatus ?? 0))")
+                default:
+                    break
+                }
+                break
+            }
+            switch verdict {
+            case .verified(let response):
+                outcome.result = .verified(response)
+                outcome.environment = AppleEnvironment(appleName: response.environment) ?? environment
+                return outcome
+            case .final(let status, let reason):
+                outcome.result = .failed(status: status, reason: reason)
+                return outcome
+            case .retry(let reason, let retryAfter):
+                outcome.result = .deferred(reason: reason)
+                guard attempt < policy.maximumAttempts else { break }
+                if let retryAfter, retryAfter > policy.maximumRetryAfter {
+                    outcome.result = .deferred(reason: reason + "; Apple asked to wait \(retryAfter), longer than this run waits")
+                    return outcome
+                }
+                let delay = max(retryAfter ?? .zero, policy.backoff.delay(afterAttempt: attempt, using: &generator))
+                logger.debug("apple.retry", metadata: [
+                    "apple.attempt": "\(attempt)", "apple.reason": "\(reason)", "apple.delay": "\(delay)",
+                ])
+                do {
+                    try await Task.sleep(for: delay)
+                } catch {
+                    return outcome  // cancelled: leave it deferred for the next run
+                }
+            case .redirect:
+                preconditionFailure("redirects are resolved above")
+            }
+        }
+        if case .deferred(let reason) = outcome.result {
+            outcome.result = .deferred(reason: "\(reason) (after \(outcome.attempts) attempts)")
+        }
+        return outcome
+    }
+
+    private enum Verdict {
+        case verified(VerifyReceiptResponse)
+        case redirect(AppleEnvironment)
+        case retry(reason: String, retryAfter: Duration?)
+        case final(status: Int?, reason: String)
+    }
+
+    /// One HTTP exchange with one host, classified.
+    private func exchange(_ body: [UInt8], environment: AppleEnvironment, outcome: inout VerificationOutcome) async -> Verdict {
+        if let rateLimiter { await rateLimiter.acquire() }
+        outcome.requests += 1
+        outcome.endpoints.append(environment)
+        let request = HTTPRequest(
+            url: endpoints.url(environment), method: "POST",
+            headers: ["Content-Type: application/json", "Accept: application/json"], body: body,
+            connectTimeout: policy.connectTimeout, totalTimeout: policy.requestTimeout,
+            maximumResponseBytes: policy.maximumResponseBytes)
+        let response: HTTPResponse
+        do {
+            response = try await limiter.withPermit { try await http.execute(request) }
+        } catch let error as HTTPError {
+            outcome.finalStatus = nil
+            switch error.kind {
+            case .timeout, .connectionFailed, .connectionLost, .other:
+                return .retry(reason: error.description, retryAfter: nil)
+            case .responseTooLarge, .tls, .cancelled:
+                return .final(status: nil, reason: error.description)
+            }
+        } catch {
+            return .final(status: nil, reason: "\(error)")
+        }
+
+        guard response.status == 200 else {
+            outcome.finalStatus = nil
+            if response.status == 429 || (500...599).contains(response.status) {
+                return .retry(reason: "HTTP \(response.status) from Apple", retryAfter: Self.retryAfter(response.headers["retry-after"]))
+            }
+            return .final(status: nil, reason: "HTTP \(response.status) from Apple")
+        }
+        let answer: VerifyReceiptResponse
+        do {
+            answer = try VerifyReceiptResponse.decode(response.body)
+        } catch {
+            outcome.finalStatus = nil
+            return .retry(reason: "Apple's answer is not valid JSON (\(response.body.count) bytes)", retryAfter: nil)
+        }
+        outcome.finalStatus = answer.status
+        switch VerificationPolicy.classify(status: answer.status, isRetryable: answer.isRetryable, hasReceipt: answer.receipt != nil) {
+        case .verified: return .verified(answer)
+        case .redirectToSandbox: return .redirect(.sandbox)
+        case .redirectToProduction: return .redirect(.production)
+        case .retry: return .retry(reason: "Apple status \(answer.status)\(answer.exception.map { " (\($0))" } ?? "")", retryAfter: nil)
+        case .final: return .final(status: answer.status, reason: Self.describe(status: answer.status))
+        }
+    }
+
+    private func requestBody(_ receiptData: String) -> [UInt8] {
+        // receipt-data is plain base64 (checked above); the secret is escaped by JSONEncoder.
+        let secret = sharedSecret.flatMap { try? JSONEncoder().encode($0) }.map { String(decoding: $0, as: UTF8.self) } ?? "null"
+        let exclude = policy.excludeOldTransactions ? "true" : "false"
+        return Array(#"{"receipt-data":""#.utf8) + Array(receiptData.utf8)
+            + Array(#"","password":\#(secret),"exclude-old-transactions":\#(exclude)}"#.utf8)
+    }
+
+    /// `Retry-After` in seconds (the HTTP-date form is read as "soon").
+    static func retryAfter(_ value: String?) -> Duration? {
+        guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+        if let seconds = Double(value), seconds >= 0 { return .milliseconds(Int64(seconds * 1000)) }
+        return .seconds(1)
+    }
+
+    /// Apple's meaning of the final statuses, for reports.
+    public static func describe(status: Int) -> String {
+        switch status {
+        case 21000: "21000: the request to the App Store was malformed"
+        case 21002: "21002: the receipt data was malformed"
+        case 21003: "21003: the receipt could not be authenticated"
+        case 21004: "21004: the shared secret does not match the account's (check APPLE_SHARED_SECRET)"
+        case 21005: "21005: the receipt server was unavailable"
+        case 21006: "21006: the subscription expired, and Apple sent no receipt"
+        case 21007: "21007: a sandbox receipt sent to production"
+        case 21008: "21008: a production receipt sent to sandbox"
+        case 21009: "21009: internal data access error"
+        case 21010: "21010: the user account cannot be found or has been deleted"
+        case 21100...21199: "\(status): internal data access error (retry flag false)"
+        default: "\(status): a status Apple does not document"
+        }
+    }
+}
+
+/// Why a stored blob is not sent to Apple.
+public enum ReceiptBlobError: Error, Equatable, Sendable, CustomStringConvertible {
+    case empty
+    case notBase64
+    case tooLarge(bytes: Int, limit: Int)
+
+    public var description: String {
+        switch self {
+        case .empty: "the receipt is empty"
+        case .notBase64: "the receipt is not base64"
+        case .tooLarge(let bytes, let limit): "the receipt is \(bytes) bytes, over the \(limit)-byte limit"
+        }
+    }
+}
+
+private func isBase64Byte(_ byte: UInt8) -> Bool {
+    (65...90).contains(byte) || (97...122).contains(byte) || (48...57).contains(byte) || byte == 43 || byte == 47 || byte == 61
+}

@@ -1,0 +1,309 @@
+import AppStore
+import Foundation
+import HTTP
+import Testing
+import TestSupport
+
+/// The client against the real simulator over loopback.
+@Suite struct VerifyReceiptClientTests {
+    static let secret = "shh-\(UUID().uuidString)"
+    static let fastPolicy = VerificationPolicy(
+        maximumAttempts: 3, backoff: Backoff(base: .milliseconds(5), maximum: .milliseconds(20)),
+        connectTimeout: .seconds(2), requestTimeout: .seconds(5))
+
+    static func client(_ simulator: SimulatorProcess, policy: VerificationPolicy = fastPolicy, concurrency: Int = 16,
+                       connections: Int? = nil, secret: String? = secret) -> VerifyReceiptClient {
+        VerifyReceiptClient(
+            endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL),
+            sharedSecret: secret, policy: policy, concurrency: concurrency, maximumConnectionsPerHost: connections)
+    }
+
+    static func scenario(_ receipts: [String: [String: Any]], latency: Int = 0) -> [String: Any] {
+        var entries: [String: Any] = [:]
+        for (name, spec) in receipts { entries[receiptBlob(name)] = spec }
+        return ["shared_secret": secret, "latency_ms": latency, "receipts": entries]
+    }
+
+    static var answer: [String: Any] {
+        ["subscriptions": [["product_id": "pro.monthly", "original_transaction_id": "1000001", "renewals": 2]]]
+    }
+
+    @Test func routesByEnvironmentWithOneHop() async throws {
+        let simulator = try SimulatorProcess(scenario: Self.scenario([
+            "prod": ["environment": "Production", "generate": Self.answer],
+            "sand": ["environment": "Sandbox", "generate": Self.answer],
+        ]))
+        let client = Self.client(simulator)
+        defer { client.shutdown() }
+
+        let production = await client.verify(receipt: receiptBlob("prod"))
+        #expect(production.name == "verified")
+        #expect(production.endpoints == [.production])
+        #expect(production.environment == .production)
+        #expect(production.finalStatus == 0)
+
+        let sandbox = await client.verify(receipt: receiptBlob("sand"))
+        #expect(sandbox.name == "verified")
+        #expect(sandbox.endpoints == [.production, .sandbox])
+        #expect(sandbox.attempts == 1)
+        #expect(sandbox.environment == .sandbox)
+
+        let knownSandbox = await client.verify(receipt: receiptBlob("sand"), knownEnvironment: .sandbox)
+        #expect(knownSandbox.endpoints == [.sandbox])
+
+        let movedBack = await client.verify(receipt: receiptBlob("prod"), knownEnvironment: .sandbox)
+        #expect(movedBack.endpoints == [.sandbox, .production])
+        #expect(movedBack.environment == .production)
+    }
+
+    @Test func atMostOneRedirectHopPerAttempt() async throws {
+        // A sandbox receipt whose sandbox host also answers 21007, as has been seen.
+        let simulator = try SimulatorProcess(scenario: Self.scenario([
+            "loop": ["environment": "Sandbox", "faults": [["status": 21007]], "repeat_faults": true],
+        ]))
+        let client = Self.client(simulator)
+        defer { client.shutdown() }
+        let outcome = await client.verify(receipt: receiptBlob("loop"))
+        #expect(outcome.name == "failed")
+        #expect(outcome.endpoints == [.production, .sandbox])
+        #expect(outcome.requests == 2)
+        #expect(outcome.attempts == 1)
+        #expect(outcome.finalStatus == 21007)
+    }
+
+    static var retried: [String: [String: Any]] { [
+        "21199 flagged true": ["status": 21199, "is_retryable": true],
+        "21100 flag hyphenated 1": ["status": 21100, "is-retryable": 1],
+        "21150 without flag": ["status": 21150],
+        "21002": ["status": 21002],
+        "21005": ["status": 21005],
+        "21009": ["status": 21009],
+        "HTTP 503": ["http": 503],
+        "HTTP 500": ["http": 500],
+        "HTTP 429": ["http": 429],
+        "dropped connection": ["drop": true],
+        "truncated body": ["truncate": true],
+        "not JSON": ["garbage": true],
+    ] }
+
+    @Test(arguments: retried.keys.sorted())
+    func transientTroubleIsRetried(_ label: String) async throws {
+        let fault = try #require(Self.retried[label])
+        let simulator = try SimulatorProcess(scenario: Self.scenario(["r": ["generate": Self.answer, "faults": [fault]]]))
+        let client = Self.client(simulator)
+        defer { client.shutdown() }
+        let outcome = await client.verify(receipt: receiptBlob("r"))
+        #expect(outcome.name == "verified", "\(label): \(outcome.reason ?? "")")
+        #expect(outcome.attempts == 2)
+        #expect(outcome.requests == 2)
+        #expect(outcome.finalStatus == 0)
+    }
+
+    static var permanent: [String: (fault: [String: Any], status: Int?)] { [
+        "21000": (["status": 21000], 21000),
+        "21003": (["status": 21003], 21003),
+        "21010 flagged false": (["status": 21010, "is_retryable": false], 21010),
+        "21199 flagged false": (["status": 21199, "is_retryable": false], 21199),
+        "21100 flag hyphenated 0": (["status": 21100, "is-retryable": "0"], 21100),
+        "unknown 29999": (["status": 29999], 29999),
+        "21006 without receipt": (["status": 21006], 21006),
+        "HTTP 404": (["http": 404], nil),
+    ] }
+
+    @Test(arguments: permanent.keys.sorted())
+    func finalAnswersAreNotRetried(_ label: String) async throws {
+        let expected = try #require(Self.permanent[label])
+        let simulator = try SimulatorProcess(scenario: Self.scenario(["p": ["generate": Self.answer, "faults": [expected.fault]]]))
+        let client = Self.client(simulator)
+        defer { client.shutdown() }
+        let outcome = await client.verify(receipt: receiptBlob("p"))
+        #expect(outcome.name == "failed", "\(label)")
+        #expect(outcome.attempts == 1)
+        #expect(outcome.requests == 1)
+        #expect(outcome.finalStatus == expected.status)
+    }
+
+    @Test func wrongSharedSecretIs21004AndNeverShown() async throws {
+        let simulator = try SimulatorProcess(scenario: Self.scenario(["p": ["generate": Self.answer]]))
+        let wrongSecret = "wrong-\(UUID().uuidString)"
+        let client = Self.client(simulator, secret: wrongSecret)
+        defer { client.shutdown() }
+        let outcome = await client.verify(receipt: receiptBlob("p"))
+        #expect(outcome.finalStatus == 21004)
+        #expect(outcome.attempts == 1)
+        #expect(outcome.reason?.contains("shared secret") == true)
+        #expect(outcome.reason?.contains(wrongSecret) == false)
+        #expect("\(outcome)".contains(wrongSecret) == false)
+    }
+
+    @Test func attemptsAreBounded() async throws {
+        let simulator = try SimulatorProcess(scenario: Self.scenario([
+            "storm": ["generate": Self.answer, "faults": [["http": 503]], "repeat_faults": true],
+        ]))
+        let client = Self.client(simulator)
+        defer { client.shutdown() }
+        let outcome = await client.verify(receipt: receiptBlob("storm"))
+        #expect(outcome.name == "deferred")
+        #expect(outcome.attempts == 3)
+        #expect(outcome.requests == 3)
+        #expect(outcome.finalStatus == nil)
+        #expect(outcome.reason?.contains("503") == true)
+        #expect(try await simulator.statistics()["apple_requests"] == 3)
+    }
+
+    @Test func retryAfterIsHonoured() async throws {
+        let simulator = try SimulatorProcess(scenario: Self.scenario([
+            "slow down": ["generate": Self.answer, "faults": [["http": 429, "retry_after": "1"]]],
+        ]))
+        let client = Self.client(simulator)
+        defer { client.shutdown() }
+        let started = ContinuousClock.now
+        let outcome = await client.verify(receipt: receiptBlob("slow down"))
+        let elapsed = ContinuousClock.now - started
+        #expect(outcome.name == "verified")
+        #expect(outcome.attempts == 2)
+        #expect(elapsed >= .seconds(1), "waited only \(elapsed)")
+    }
+
+    @Test func timeoutsFire() async throws {
+        let simulator = try SimulatorProcess(scenario: Self.scenario([
+            "hang": ["generate": Self.answer, "faults": [["delay_ms": 5_000]], "repeat_faults": true],
+        ]))
+        var policy = Self.fastPolicy
+        policy.maximumAttempts = 2
+        policy.requestTimeout = .milliseconds(300)
+        let client = Self.client(simulator, policy: policy)
+        defer { client.shutdown() }
+        let started = ContinuousClock.now
+        let outcome = await client.verify(receipt: receiptBlob("hang"))
+        let elapsed = ContinuousClock.now - started
+        #expect(outcome.name == "deferred")
+        #expect(outcome.attempts == 2)
+        #expect(outcome.reason?.contains("timeout") == true)
+        #expect(elapsed < .seconds(3), "took \(elapsed)")
+    }
+
+    @Test func oversizedAnswersAreRefusedNotRetried() async throws {
+        let simulator = try SimulatorProcess(scenario: Self.scenario([
+            "huge": ["generate": Self.answer, "faults": [["oversize_bytes": 2_000_000]], "repeat_faults": true],
+        ]))
+        var policy = Self.fastPolicy
+        policy.maximumResponseBytes = 1_000_000
+        let client = Self.client(simulator, policy: policy)
+        defer { client.shutdown() }
+        let outcome = await client.verify(receipt: receiptBlob("huge"))
+        #expect(outcome.name == "failed")
+        #expect(outcome.attempts == 1)
+        #expect(outcome.reason?.contains("responseTooLarge") == true)
+    }
+
+    @Test(arguments: ["", "   \n", "not base64!", "%%%%", "QUJD*"])
+    func malformedBlobsAreNeverSent(_ blob: String) async throws {
+        let simulator = try SimulatorProcess(scenario: Self.scenario([:]))
+        let client = Self.client(simulator)
+        defer { client.shutdown() }
+        let outcome = await client.verify(receipt: blob)
+        #expect(outcome.name == "invalid_receipt")
+        #expect(outcome.requests == 0)
+        #expect(try await simulator.statistics()["apple_requests"] == 0)
+    }
+
+    @Test func lineBreaksAndSpacesInBlobsAreTolerated() async throws {
+        let simulator = try SimulatorProcess(scenario: Self.scenario(["wrapped": ["generate": Self.answer]]))
+        let client = Self.client(simulator)
+        defer { client.shutdown() }
+        let blob = receiptBlob("wrapped")
+        let wrapped = blob.prefix(8) + "\r\n " + blob.dropFirst(8) + "\n"
+        #expect(await client.verify(receipt: String(wrapped)).name == "verified")
+    }
+
+    @Test func twoHundredInFlightAtOnce() async throws {
+        let simulator = try SimulatorProcess(scenario: Self.scenario(["many": ["generate": Self.answer]], latency: 300))
+        let client = Self.client(simulator, concurrency: 200)
+        defer { client.shutdown() }
+        let started = ContinuousClock.now
+        let outcomes = await withTaskGroup(of: String.self) { group in
+            for _ in 0..<200 { group.addTask { await client.verify(receipt: receiptBlob("many")).name } }
+            return await group.reduce(into: [String]()) { $0.append($1) }
+        }
+        let elapsed = ContinuousClock.now - started
+        #expect(outcomes.allSatisfy { $0 == "verified" })
+        let stats = try await simulator.statistics()
+        #expect(stats["max_in_flight"] ?? 0 >= 150, "\(stats)")
+        #expect(elapsed < .seconds(3), "200 requests of 300 ms took \(elapsed): not concurrent")
+        // A second wave reuses the connections instead of opening new ones.
+        _ = await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<200 { group.addTask { _ = await client.verify(receipt: receiptBlob("many")) } }
+        }
+        let after = try await simulator.statistics()
+        #expect(after["connections"] ?? .max <= 202, "\(after)")  // 200, plus one for each statistics request
+    }
+
+    @Test func manyCallersShareFewConnections() async throws {
+        let simulator = try SimulatorProcess(scenario: Self.scenario(["few": ["generate": Self.answer]], latency: 20))
+        let client = Self.client(simulator, concurrency: 200, connections: 8)
+        defer { client.shutdown() }
+        let outcomes = await withTaskGroup(of: String.self) { group in
+            for _ in 0..<200 { group.addTask { await client.verify(receipt: receiptBlob("few")).name } }
+            return await group.reduce(into: [String]()) { $0.append($1) }
+        }
+        #expect(outcomes.filter { $0 == "verified" }.count == 200)
+        let stats = try await simulator.statistics()
+        #expect(stats["connections"] ?? .max <= 9, "\(stats)")  // 8, plus the statistics request itself
+        #expect(stats["apple_requests"] ?? 0 >= 200)
+    }
+}
+
+@Suite struct BackoffTests {
+    @Test func ceilingDoublesUpToTheMaximum() {
+        let backoff = Backoff(base: .milliseconds(100), maximum: .seconds(1))
+        #expect(backoff.ceiling(afterAttempt: 1) == .milliseconds(100))
+        #expect(backoff.ceiling(afterAttempt: 2) == .milliseconds(200))
+        #expect(backoff.ceiling(afterAttempt: 3) == .milliseconds(400))
+        #expect(backoff.ceiling(afterAttempt: 4) == .milliseconds(800))
+        #expect(backoff.ceiling(afterAttempt: 5) == .seconds(1))
+        #expect(backoff.ceiling(afterAttempt: 50) == .seconds(1))
+    }
+
+    @Test func jitteredDelaysStayUnderTheCeilingAndGrow() {
+        let backoff = Backoff(base: .milliseconds(100), maximum: .seconds(10))
+        var generator = SystemRandomNumberGenerator()
+        var previousMean = Duration.zero
+        for attempt in 1...5 {
+            let delays = (0..<2_000).map { _ in backoff.delay(afterAttempt: attempt, using: &generator) }
+            #expect(delays.allSatisfy { $0 >= .zero && $0 <= backoff.ceiling(afterAttempt: attempt) })
+            let mean = delays.reduce(Duration.zero, +) / delays.count
+            #expect(mean > previousMean, "attempt \(attempt)")
+            // Full jitter: the mean is about half the ceiling.
+            #expect(mean > backoff.ceiling(afterAttempt: attempt) * 0.4 && mean < backoff.ceiling(afterAttempt: attempt) * 0.6)
+            previousMean = mean
+        }
+    }
+
+    @Test func statusTable() {
+        #expect(VerificationPolicy.classify(status: 0, isRetryable: nil, hasReceipt: true) == .verified)
+        #expect(VerificationPolicy.classify(status: 21006, isRetryable: nil, hasReceipt: true) == .verified)
+        #expect(VerificationPolicy.classify(status: 21006, isRetryable: nil, hasReceipt: false) == .final)
+        #expect(VerificationPolicy.classify(status: 21007, isRetryable: nil, hasReceipt: false) == .redirectToSandbox)
+        #expect(VerificationPolicy.classify(status: 21008, isRetryable: nil, hasReceipt: false) == .redirectToProduction)
+        for status in [21002, 21005, 21009, 21100, 21150, 21199] {
+            #expect(VerificationPolicy.classify(status: status, isRetryable: nil, hasReceipt: false) == .retry)
+        }
+        for status in [21100, 21199] {
+            #expect(VerificationPolicy.classify(status: status, isRetryable: false, hasReceipt: false) == .final)
+            #expect(VerificationPolicy.classify(status: status, isRetryable: true, hasReceipt: false) == .retry)
+        }
+        for status in [21000, 21001, 21003, 21004, 21010, 21200, 1, -1, 99999] {
+            #expect(VerificationPolicy.classify(status: status, isRetryable: nil, hasReceipt: false) == .final)
+        }
+    }
+
+    @Test func blobChecks() {
+        #expect(VerifyReceiptClient.normalizedReceipt("", maximumBytes: 100) == .failure(.empty))
+        #expect(VerifyReceiptClient.normalizedReceipt(" \n\t", maximumBytes: 100) == .failure(.empty))
+        #expect(VerifyReceiptClient.normalizedReceipt("abc!", maximumBytes: 100) == .failure(.notBase64))
+        #expect(VerifyReceiptClient.normalizedReceipt("QUJD\nREVG", maximumBytes: 100) == .success("QUJDREVG"))
+        #expect(VerifyReceiptClient.normalizedReceipt(String(repeating: "QUJD", count: 100), maximumBytes: 100)
+            == .failure(.tooLarge(bytes: 400, limit: 100)))
+    }
+}

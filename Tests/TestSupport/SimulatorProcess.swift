@@ -1,0 +1,65 @@
+import Foundation
+import HTTP
+
+/// `receipt-reconciler simulate-apple`, started as a real process on a free loopback port.
+public final class SimulatorProcess: @unchecked Sendable {
+    // Immutable after init; `Process` is only touched again in `stop()`.
+    public let port: Int
+    private let process: Process
+    private let scenarioFile: URL
+
+    public var productionURL: String { "http://127.0.0.1:\(port)/verifyReceipt" }
+    public var sandboxURL: String { "http://127.0.0.1:\(port)/sandbox/verifyReceipt" }
+
+    /// Starts the simulator with `scenario` (the JSON object of a scenario file).
+    public init(scenario: [String: Any] = [:], arguments: [String] = []) throws {
+        scenarioFile = FileManager.default.temporaryDirectory.appending(path: "scenario-\(UUID().uuidString).json")
+        try JSONSerialization.data(withJSONObject: scenario).write(to: scenarioFile)
+        process = Process()
+        process.executableURL = TestPaths.binaries.appending(path: "receipt-reconciler")
+        process.arguments = ["simulate-apple", "--scenario", scenarioFile.path, "--port", "0"] + arguments
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        var line = Data()
+        while !line.contains(10) {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { throw TestSetupError(description: "simulate-apple exited before listening") }
+            line.append(chunk)
+        }
+        let text = String(decoding: line, as: UTF8.self)
+        guard let portText = text.split(separator: ":").last?.split(separator: "\n").first, let port = Int(portText) else {
+            throw TestSetupError(description: "unexpected simulate-apple output: \(text)")
+        }
+        self.port = port
+    }
+
+    deinit { stop() }
+
+    public func stop() {
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        try? FileManager.default.removeItem(at: scenarioFile)
+    }
+
+    /// The simulator's counters: requests, connections, max_open_connections, max_in_flight.
+    public func statistics() async throws -> [String: Int] {
+        let client = HTTPClient()
+        defer { client.shutdown() }
+        let response = try await client.execute(HTTPRequest(url: "http://127.0.0.1:\(port)/__stats", method: "GET"))
+        return try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Int] ?? [:]
+    }
+}
+
+/// A base64 blob naming a receipt in a scenario file.
+public func receiptBlob(_ name: String) -> String {
+    Data("receipt:\(name)".utf8).base64EncodedString()
+}
+
+/// A synthetic receipt: the simulator derives Apple's answer from the spec inside it.
+public func syntheticReceipt(_ spec: [String: Any]) -> String {
+    let json = (try? JSONSerialization.data(withJSONObject: spec, options: [.sortedKeys])) ?? Data()
+    return (Data("simulated-receipt:".utf8) + json).base64EncodedString()
+}
