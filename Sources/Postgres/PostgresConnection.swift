@@ -1,5 +1,6 @@
 import CLibPQ
 import Foundation
+import Synchronization
 
 /// One connection to PostgreSQL through libpq.
 ///
@@ -140,12 +141,12 @@ final class ConnectionHandle: @unchecked Sendable {
     }
 
     deinit {
-        if let connection { PQfinish(connection) }
+        if let connection { finish(connection) }
     }
 
     func connect() throws(PostgresError) {
         if let connection {
-            PQfinish(connection)
+            finish(connection)
             self.connection = nil
         }
         // Defaults first: the caller's connection string, expanded from `dbname`, overrides them.
@@ -159,9 +160,10 @@ final class ConnectionHandle: @unchecked Sendable {
         guard let connection else {
             throw PostgresError(code: .connectionFailed, phase: .connect, message: "libpq could not allocate a connection")
         }
+        LiveConnections.opened(target)
         guard PQstatus(connection) == CONNECTION_OK else {
             let message = String(cString: PQerrorMessage(connection))
-            PQfinish(connection)
+            finish(connection)
             throw PostgresError(
                 code: .connectionFailed, phase: .connect,
                 message: "could not connect to \(target): \(message.trimmingCharacters(in: .whitespacesAndNewlines))")
@@ -176,9 +178,15 @@ final class ConnectionHandle: @unchecked Sendable {
     func close() {
         isClosed = true
         if let connection {
-            PQfinish(connection)
+            finish(connection)
             self.connection = nil
         }
+    }
+
+    /// The only place a `PGconn` is freed.
+    private func finish(_ connection: OpaquePointer) {
+        PQfinish(connection)
+        LiveConnections.finished(target)
     }
 
     func backendProcessID() throws(PostgresError) -> Int32 {
@@ -343,4 +351,16 @@ func redactingQuotedText(_ message: String) -> String {
         }
     }
     return result
+}
+
+/// Counts `PGconn`s allocated and not yet freed, by target, so tests can prove that every one is
+/// freed, failed connects included, while other tests run alongside.
+@_spi(Testing) public enum LiveConnections {
+    private static let counts = Mutex([String: Int]())
+
+    static func opened(_ target: String) { counts.withLock { $0[target, default: 0] += 1 } }
+    static func finished(_ target: String) { counts.withLock { $0[target, default: 0] -= 1 } }
+
+    /// `PGconn`s to `target` (as `PostgresConnection.describe` writes it) not yet freed.
+    public static func count(target: String) -> Int { counts.withLock { $0[target] ?? 0 } }
 }

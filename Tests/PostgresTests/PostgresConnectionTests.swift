@@ -1,5 +1,5 @@
 import Foundation
-import Postgres
+@_spi(Testing) import Postgres
 import Testing
 import TestSupport
 
@@ -36,20 +36,39 @@ import TestSupport
 
     @Test func failedConnectionSaysWhereAndLeaksNothing() async throws {
         let port = try await unusedPort()
-        let connectionString = "host=127.0.0.1 port=\(port) user=alice password=hunter2-secret dbname=ledger connect_timeout=2"
-        let before = openFileDescriptors()
+        let user = "leakcheck\(UInt32.random(in: 0...UInt32.max))"
+        let connectionString = "host=127.0.0.1 port=\(port) user=\(user) password=hunter2-secret dbname=ledger connect_timeout=2"
+        let target = PostgresConnection.describe(connectionString)
+        #expect(target == "127.0.0.1:\(port)/ledger as \(user)")
         for _ in 0..<20 {
             do {
                 _ = try await PostgresConnection.connect(connectionString)
                 Issue.record("connecting to a closed port should fail")
             } catch {
                 #expect(error.code == .connectionFailed)
-                #expect(error.description.contains("127.0.0.1:\(port)/ledger as alice"))
+                #expect(error.description.contains(target))
                 #expect(!error.description.contains("hunter2-secret"))
             }
         }
-        try await Task.sleep(for: .milliseconds(200))
-        #expect(openFileDescriptors() <= before + 2)
+        // Every PGconn that libpq allocated for the failed attempts was freed.
+        #expect(LiveConnections.count(target: target) == 0)
+    }
+
+    @Test func closingAndDroppingAConnectionFreesIt() async throws {
+        let database = try await TestDatabase.create("freecheck")
+        let target = PostgresConnection.describe(database.connectionString)
+        var connection: PostgresConnection? = try await database.connect()
+        _ = try await connection?.query("SELECT 1")
+        #expect(LiveConnections.count(target: target) == 1)
+        await connection?.close()
+        #expect(LiveConnections.count(target: target) == 0)
+        // Dropped without close(): deinit frees it on the connection's thread.
+        connection = try await database.connect()
+        #expect(LiveConnections.count(target: target) == 1)
+        connection = nil
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(LiveConnections.count(target: target) == 0)
+        try await database.drop()
     }
 
     @Test func targetDescriptionHidesPasswordInURIs() {
