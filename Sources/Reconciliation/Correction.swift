@@ -1,0 +1,209 @@
+import Foundation
+
+/// One change to `iap.entitlements`, with the reason a person reads in the report.
+public struct Correction: Sendable, Equatable {
+    /// `iap.corrections.kind`.
+    public enum Kind: String, Sendable, Codable, CaseIterable {
+        /// Not entitled (or no row) before, entitled now.
+        case grant
+        /// Entitled before, not now.
+        case revoke
+        /// Entitled before and after, expiring later.
+        case extend
+        /// Entitled before and after, expiring earlier.
+        case shorten
+        /// Entitlement unchanged but another field changed, or a new row that grants nothing.
+        case update
+    }
+
+    public var accountId: String
+    public var productId: String
+    public var kind: Kind
+    public var reason: String
+    public var before: Entitlement?
+    /// The row as it should be; never nil (a revoke keeps the row, not entitled).
+    public var after: Entitlement
+
+    public init(accountId: String, productId: String, kind: Kind, reason: String, before: Entitlement?, after: Entitlement) {
+        self.accountId = accountId
+        self.productId = productId
+        self.kind = kind
+        self.reason = reason
+        self.before = before
+        self.after = after
+    }
+}
+
+/// Compares computed entitlements with stored ones: pure, one clock.
+public struct EntitlementDiff: Sendable {
+    /// A revoke for an expiry that passed less than this long ago waits for a later run:
+    /// Apple's renewal can show up late.
+    public var expiryLag: TimeInterval
+
+    public init(expiryLag: TimeInterval = 3600) {
+        self.expiryLag = expiryLag
+    }
+
+    /// What a diff decided for one account.
+    public struct Plan: Sendable, Equatable {
+        public var corrections: [Correction]
+        /// Revokes held back by the expiry lag (reported, not applied).
+        public var heldRevokes: [Correction]
+    }
+
+    /// The corrections that turn `stored` into `computed` for one account whose receipts all verified.
+    /// `cancellationReasons` (by transaction id) lets a refund's reason say Apple's reason code.
+    public func corrections(
+        stored: [Entitlement], computed: [Entitlement], now: Date, cancellationReasons: [String: Int] = [:]
+    ) -> Plan {
+        var plan = Plan(corrections: [], heldRevokes: [])
+        let storedByProduct = Dictionary(stored.map { ($0.productId, $0) }, uniquingKeysWith: { first, _ in first })
+        let computedProducts = Set(computed.map(\.productId))
+        for after in computed {
+            let before = storedByProduct[after.productId]
+            guard before != after else { continue }
+            let kind = Self.kind(before: before, after: after)
+            let correction = Correction(
+                accountId: after.accountId, productId: after.productId, kind: kind,
+                reason: Self.reason(kind: kind, before: before, after: after, cancellationReasons: cancellationReasons),
+                before: before, after: after)
+            if kind == .revoke, isWithinExpiryLag(after, now: now) {
+                plan.heldRevokes.append(correction)
+            } else {
+                plan.corrections.append(correction)
+            }
+        }
+        for before in stored.sorted(by: { $0.productId < $1.productId })
+        where !computedProducts.contains(before.productId) && before.entitled {
+            var after = before
+            after.state = .expired
+            plan.corrections.append(Correction(
+                accountId: before.accountId, productId: before.productId, kind: .revoke,
+                reason: "no transaction in the account's verified receipts supports this entitlement",
+                before: before, after: after))
+        }
+        return plan
+    }
+
+    /// Only expiry-driven revokes wait; refunds and upgrades never do.
+    func isWithinExpiryLag(_ after: Entitlement, now: Date) -> Bool {
+        guard after.state == .expired || after.state == .billingRetry, let expires = after.expiresAt else { return false }
+        return expires <= now && now.timeIntervalSince(expires) < expiryLag
+    }
+
+    static func kind(before: Entitlement?, after: Entitlement) -> Correction.Kind {
+        let wasEntitled = before?.entitled ?? false
+        switch (wasEntitled, after.entitled) {
+        case (false, true): return .grant
+        case (true, false): return .revoke
+        case (false, false): return .update
+        case (true, true):
+            // No expiry means it never ends: later than any date.
+            let old = before?.expiresAt ?? .distantFuture
+            let new = after.expiresAt ?? .distantFuture
+            if new > old { return .extend }
+            if new < old { return .shorten }
+            return .update
+        }
+    }
+
+    static func reason(
+        kind: Correction.Kind, before: Entitlement?, after: Entitlement, cancellationReasons: [String: Int] = [:]
+    ) -> String {
+        let day = ReportDate.day
+        switch after.state {
+        case .refunded:
+            let when = after.refundedAt.map { " on \(day($0))" } ?? ""
+            let code = after.latestTransactionId.flatMap { cancellationReasons[$0] }.map { ", reason \($0)" } ?? ""
+            return "refund\(when)\(code)" + (before == nil ? " (no entitlement was stored)" : "")
+        case .upgraded:
+            let target = after.autoRenewProductId.map { " to \($0)" } ?? ""
+            return "upgraded\(target); transaction \(after.latestTransactionId ?? "?") cancelled by the upgrade"
+        case .gracePeriod:
+            return "billing grace period until \(after.gracePeriodExpiresAt.map(day) ?? "?")"
+        case .billingRetry:
+            return "expired on \(after.expiresAt.map(day) ?? "?"); Apple is retrying billing"
+        case .expired:
+            return "expired on \(after.expiresAt.map(day) ?? "?")"
+                + (after.autoRenew == false ? "; auto-renew is off" : "")
+        case .active:
+            break
+        }
+        switch kind {
+        case .grant:
+            if let before {
+                return "entitled again (was \(before.state.rawValue))" + (after.expiresAt.map { ": expires \(day($0))" } ?? "")
+            }
+            let sandbox = after.environment == "Sandbox" ? " (sandbox)" : ""
+            return "purchase found\(sandbox)" + (after.expiresAt.map { ": expires \(day($0))" } ?? ": no expiry")
+        case .extend:
+            return "renewed: expiry \(before?.expiresAt.map(day) ?? "?") -> \(after.expiresAt.map(day) ?? "never")"
+        case .shorten:
+            return "expiry moved earlier: \(before?.expiresAt.map(day) ?? "never") -> \(after.expiresAt.map(day) ?? "?")"
+        case .update, .revoke:
+            return "details changed: " + changedFields(before: before, after: after).joined(separator: ", ")
+        }
+    }
+
+    static func changedFields(before: Entitlement?, after: Entitlement) -> [String] {
+        guard let before else { return ["new row"] }
+        var fields: [String] = []
+        if before.originalTransactionId != after.originalTransactionId { fields.append("original_transaction_id") }
+        if before.latestTransactionId != after.latestTransactionId { fields.append("latest_transaction_id") }
+        if before.state != after.state { fields.append("state \(before.state.rawValue) -> \(after.state.rawValue)") }
+        if before.expiresAt != after.expiresAt { fields.append("expires_at") }
+        if before.gracePeriodExpiresAt != after.gracePeriodExpiresAt { fields.append("grace_period_expires_at") }
+        if before.autoRenew != after.autoRenew {
+            fields.append("auto_renew \(before.autoRenew.map(String.init) ?? "null") -> \(after.autoRenew.map(String.init) ?? "null")")
+        }
+        if before.autoRenewProductId != after.autoRenewProductId { fields.append("auto_renew_product_id") }
+        if before.environment != after.environment { fields.append("environment") }
+        if before.ownershipType != after.ownershipType { fields.append("ownership_type") }
+        if before.refundedAt != after.refundedAt { fields.append("refunded_at") }
+        return fields
+    }
+}
+
+/// Dates as reports write them.
+public enum ReportDate {
+    /// `2026-11-02` (UTC).
+    public static func day(_ date: Date) -> String {
+        String(timestamp(date).prefix(10))
+    }
+
+    /// `2026-11-02T10:00:00.000Z`: ISO 8601 in UTC with milliseconds, as finance and PostgreSQL read it.
+    public static func timestamp(_ date: Date) -> String {
+        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded())
+        let seconds = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
+        let fraction = milliseconds - seconds * 1000
+        let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
+        let secondOfDay = seconds - days * 86_400
+        let (year, month, day) = civil(days)
+        func pad(_ value: Int64, _ width: Int) -> String {
+            let text = String(value)
+            return String(repeating: "0", count: max(0, width - text.count)) + text
+        }
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(secondOfDay / 3600, 2)):\(pad(secondOfDay / 60 % 60, 2)):"
+            + "\(pad(secondOfDay % 60, 2)).\(pad(fraction, 3))Z"
+    }
+
+    /// Proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
+    static func civil(_ days: Int64) -> (Int64, Int64, Int64) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
+    }
+
+    /// Parses what `timestamp` writes (and the same without milliseconds).
+    public static func parse(_ text: String) -> Date? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = text.contains(".") ? [.withInternetDateTime, .withFractionalSeconds] : [.withInternetDateTime]
+        return formatter.date(from: text)
+    }
+}

@@ -1,0 +1,216 @@
+import AppStore
+import Foundation
+
+/// Apple's answer for one of an account's receipts.
+public struct VerifiedReceipt: Sendable {
+    public var receiptId: Int64
+    public var response: VerifyReceiptResponse
+    /// Where the receipt verified: its transactions carry this environment.
+    public var environment: String
+
+    public init(receiptId: Int64, response: VerifyReceiptResponse, environment: String) {
+        self.receiptId = receiptId
+        self.response = response
+        self.environment = environment
+    }
+}
+
+/// One transaction of an account, after the union of its receipts.
+public struct AccountTransaction: Sendable, Equatable {
+    public var transaction: Transaction
+    public var environment: String
+    /// Found in `latest_receipt_info` (which wins over `receipt.in_app` for the same id).
+    public var fromLatestReceiptInfo: Bool
+
+    public var originalTransactionId: String { transaction.originalTransactionId ?? transaction.transactionId }
+}
+
+/// Whether sandbox transactions may grant entitlements (`--sandbox allow|deny`).
+public enum SandboxPolicy: String, Sendable, CaseIterable {
+    /// Sandbox purchases grant, marked `environment = 'Sandbox'` (App Review uses them).
+    case allow
+    /// Sandbox purchases grant nothing.
+    case deny
+}
+
+/// The entitlement rules of contract section 5, as pure functions of Apple's answers, the
+/// catalog and one clock. No I/O: this is where the money is, and it is tested exhaustively.
+public struct EntitlementRules: Sendable {
+    public var catalog: [String: Product]
+    public var sandboxPolicy: SandboxPolicy
+
+    public init(catalog: [String: Product] = [:], sandboxPolicy: SandboxPolicy = .allow) {
+        self.catalog = catalog
+        self.sandboxPolicy = sandboxPolicy
+    }
+
+    /// The union of the receipts' transactions, one per `transaction_id`: an entry of
+    /// `latest_receipt_info` wins over one of `receipt.in_app`; between equals, the later expiry.
+    /// Sorted by purchase date, then id, so the result does not depend on Apple's array order.
+    public static func union(_ receipts: [VerifiedReceipt]) -> [AccountTransaction] {
+        var byId: [String: AccountTransaction] = [:]
+        func offer(_ candidate: AccountTransaction) {
+            guard let existing = byId[candidate.transaction.transactionId] else {
+                byId[candidate.transaction.transactionId] = candidate
+                return
+            }
+            if candidate.fromLatestReceiptInfo != existing.fromLatestReceiptInfo {
+                if candidate.fromLatestReceiptInfo { byId[candidate.transaction.transactionId] = candidate }
+                return
+            }
+            let candidateExpiry = candidate.transaction.expiresDate ?? .distantPast
+            let existingExpiry = existing.transaction.expiresDate ?? .distantPast
+            if candidateExpiry > existingExpiry
+                || (candidateExpiry == existingExpiry && candidate.transaction.cancellationDate != nil
+                    && existing.transaction.cancellationDate == nil) {
+                byId[candidate.transaction.transactionId] = candidate
+            }
+        }
+        for receipt in receipts {
+            for transaction in receipt.response.latestReceiptInfo {
+                offer(AccountTransaction(transaction: transaction, environment: receipt.environment, fromLatestReceiptInfo: true))
+            }
+            for transaction in receipt.response.receipt?.inApp ?? [] {
+                offer(AccountTransaction(transaction: transaction, environment: receipt.environment, fromLatestReceiptInfo: false))
+            }
+        }
+        return byId.values.sorted {
+            let left = $0.transaction.purchaseDate ?? .distantPast
+            let right = $1.transaction.purchaseDate ?? .distantPast
+            return left != right ? left < right : $0.transaction.transactionId < $1.transaction.transactionId
+        }
+    }
+
+    /// Apple's `cancellation_reason` of every cancelled transaction, for the reasons in reports.
+    public static func cancellationReasons(_ receipts: [VerifiedReceipt]) -> [String: Int] {
+        var reasons: [String: Int] = [:]
+        for item in union(receipts) {
+            if let reason = item.transaction.cancellationReason { reasons[item.transaction.transactionId] = reason }
+        }
+        return reasons
+    }
+
+    /// The product's type: the catalog's, else auto-renewable when any of its transactions has
+    /// an expiry, else non-consumable.
+    public func productType(_ productId: String, transactions: [AccountTransaction]) -> ProductType {
+        if let product = catalog[productId] { return product.type }
+        return transactions.contains { $0.transaction.expiresDate != nil } ? .autoRenewable : .nonConsumable
+    }
+
+    /// The account's entitlements, one per product that grants anything, as of `now`.
+    public func entitlements(accountId: String, receipts: [VerifiedReceipt], now: Date) -> [Entitlement] {
+        let transactions = Self.union(receipts).filter { sandboxPolicy == .allow || $0.environment != "Sandbox" }
+        var renewals: [String: PendingRenewalInfo] = [:]
+        for receipt in receipts where sandboxPolicy == .allow || receipt.environment != "Sandbox" {
+            for info in receipt.response.pendingRenewalInfo {
+                if let original = info.originalTransactionId { renewals[original] = info }
+            }
+        }
+        let byProduct = Dictionary(grouping: transactions, by: \.transaction.productId)
+        var result: [Entitlement] = []
+        for productId in byProduct.keys.sorted() {
+            let productTransactions = byProduct[productId]!
+            let entitlement: Entitlement? = switch productType(productId, transactions: productTransactions) {
+            case .autoRenewable:
+                autoRenewable(accountId, productId, productTransactions, renewals: renewals, receipts: receipts, now: now)
+            case .nonConsumable:
+                nonConsumable(accountId, productId, productTransactions)
+            case .nonRenewing:
+                nonRenewing(accountId, productId, productTransactions, now: now)
+            case .consumable:
+                nil  // ledger only
+            }
+            if let entitlement { result.append(entitlement) }
+        }
+        return result
+    }
+
+    /// The current transaction is the one with the greatest expiry, never the array's first or last.
+    func autoRenewable(
+        _ accountId: String, _ productId: String, _ transactions: [AccountTransaction],
+        renewals: [String: PendingRenewalInfo], receipts: [VerifiedReceipt], now: Date
+    ) -> Entitlement {
+        let current = transactions.max { left, right in
+            let leftExpiry = left.transaction.expiresDate ?? .distantPast
+            let rightExpiry = right.transaction.expiresDate ?? .distantPast
+            if leftExpiry != rightExpiry { return leftExpiry < rightExpiry }
+            let leftPurchase = left.transaction.purchaseDate ?? .distantPast
+            let rightPurchase = right.transaction.purchaseDate ?? .distantPast
+            if leftPurchase != rightPurchase { return leftPurchase < rightPurchase }
+            return left.transaction.transactionId < right.transaction.transactionId
+        }!
+        let transaction = current.transaction
+        // The renewal info of the current chain; answers that omit original_transaction_id
+        // (seen in real ones) are matched by product when the account has just one such entry.
+        let renewal = renewals[current.originalTransactionId] ?? Self.unkeyedRenewal(for: productId, in: receipts)
+        var entitlement = Entitlement(
+            accountId: accountId, productId: productId, originalTransactionId: current.originalTransactionId,
+            latestTransactionId: transaction.transactionId, state: .expired, expiresAt: transaction.expiresDate,
+            autoRenew: renewal?.autoRenewStatus, autoRenewProductId: renewal?.autoRenewProductId,
+            environment: current.environment, ownershipType: transaction.inAppOwnershipType)
+        if let cancelled = transaction.cancellationDate {
+            if transaction.isUpgraded == true {
+                entitlement.state = .upgraded
+            } else {
+                entitlement.state = .refunded
+                entitlement.refundedAt = cancelled
+            }
+        } else if let expires = transaction.expiresDate, expires > now {
+            entitlement.state = .active
+        } else if let grace = renewal?.gracePeriodExpiresDate, grace > now {
+            entitlement.state = .gracePeriod
+            entitlement.gracePeriodExpiresAt = grace
+        } else if renewal?.isInBillingRetryPeriod == true {
+            entitlement.state = .billingRetry
+        } else {
+            entitlement.state = .expired
+        }
+        return entitlement
+    }
+
+    static func unkeyedRenewal(for productId: String, in receipts: [VerifiedReceipt]) -> PendingRenewalInfo? {
+        let unkeyed = receipts.flatMap(\.response.pendingRenewalInfo).filter {
+            $0.originalTransactionId == nil && ($0.productId == productId || $0.autoRenewProductId == productId)
+        }
+        return unkeyed.count == 1 ? unkeyed[0] : nil
+    }
+
+    /// Active with no expiry while any purchase stands; refunded when every purchase was cancelled.
+    func nonConsumable(_ accountId: String, _ productId: String, _ transactions: [AccountTransaction]) -> Entitlement {
+        let standing = transactions.filter { $0.transaction.cancellationDate == nil }
+        if let purchase = standing.last {  // transactions are sorted by purchase date
+            return Entitlement(
+                accountId: accountId, productId: productId, originalTransactionId: purchase.originalTransactionId,
+                latestTransactionId: purchase.transaction.transactionId, state: .active,
+                environment: purchase.environment, ownershipType: purchase.transaction.inAppOwnershipType)
+        }
+        let refunded = transactions.max { ($0.transaction.cancellationDate ?? .distantPast) < ($1.transaction.cancellationDate ?? .distantPast) }!
+        return Entitlement(
+            accountId: accountId, productId: productId, originalTransactionId: refunded.originalTransactionId,
+            latestTransactionId: refunded.transaction.transactionId, state: .refunded,
+            environment: refunded.environment, ownershipType: refunded.transaction.inAppOwnershipType,
+            refundedAt: refunded.transaction.cancellationDate)
+    }
+
+    /// Expiry = purchase date + the catalog's duration; the purchase that lasts longest is current.
+    func nonRenewing(_ accountId: String, _ productId: String, _ transactions: [AccountTransaction], now: Date) -> Entitlement {
+        guard let duration = catalog[productId]?.duration else {
+            return nonConsumable(accountId, productId, transactions)
+        }
+        func expiry(_ item: AccountTransaction) -> Date? {
+            item.transaction.purchaseDate.map { duration.added(to: $0) }
+        }
+        let current = transactions.max { (expiry($0) ?? .distantPast) < (expiry($1) ?? .distantPast) }!
+        var entitlement = Entitlement(
+            accountId: accountId, productId: productId, originalTransactionId: current.originalTransactionId,
+            latestTransactionId: current.transaction.transactionId, state: .expired, expiresAt: expiry(current),
+            environment: current.environment, ownershipType: current.transaction.inAppOwnershipType)
+        if let cancelled = current.transaction.cancellationDate {
+            entitlement.state = .refunded
+            entitlement.refundedAt = cancelled
+        } else if let expires = entitlement.expiresAt, expires > now {
+            entitlement.state = .active
+        }
+        return entitlement
+    }
+}
