@@ -37,10 +37,16 @@ let package = Package(
         // Entitlement rules, the diff and reports: pure functions, no I/O.
         .target(name: "Reconciliation", dependencies: ["AppStore"]),
 
+        // The SQL of a run: due accounts in keyset pages, batch writes, applying corrections.
+        .target(name: "Storage", dependencies: ["Postgres", "AppStore", "Reconciliation"]),
+
+        // A run from start to report: the pipeline, safety limits, reports.
+        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "Reconciliation", "Postgres", logging]),
+
         // The executable: commands, wiring, logging, exit codes.
         .executableTarget(
             name: "receipt-reconciler",
-            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppleSimulator", "Reconciliation", argumentParser, logging],
+            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppleSimulator", "Reconciliation", "Storage", "Jobs", argumentParser, logging],
             path: "Sources/ReceiptReconciler"
         ),
 

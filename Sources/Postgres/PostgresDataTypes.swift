@@ -132,8 +132,10 @@ extension Date: PostgresCodable {
     }
 }
 
-enum PostgresTimestamp {
-    static func format(microsecondsSince1970 micros: Int64) -> String {
+/// PostgreSQL's timestamp text with microseconds, both ways.
+public enum PostgresTimestamp {
+    /// `2026-11-22T07:12:00.123456Z`.
+    public static func format(microsecondsSince1970 micros: Int64) -> String {
         let (days, microOfDay) = micros.floorDividedAndModulo(by: 86_400_000_000)
         let (year, month, day) = civil(fromDays: days)
         let seconds = microOfDay / 1_000_000
@@ -147,7 +149,7 @@ enum PostgresTimestamp {
     }
 
     /// Parses `YYYY-MM-DD[ T]HH:MM:SS[.ffffff][+HH[:MM[:SS]]|Z]`; nil for anything else (including infinity and BC).
-    static func parse(_ text: Substring) -> Int64? {
+    public static func parse(_ text: Substring) -> Int64? {
         var bytes = text.utf8[...]
         func number(_ width: Int) -> Int64? {
             guard bytes.count >= width else { return nil }
@@ -351,14 +353,45 @@ extension Data: PostgresCodable {
     }
 }
 
-// MARK: - Arrays, for `= ANY($1)` with one bind instead of many
+// MARK: - Arrays, for `= ANY($1)` and `unnest($1, $2, ...)` with one bind per column
 
 extension Array: PostgresEncodable where Element == String {
     public static var postgresType: PostgresType { .textArray }
+    public var postgresText: String { PostgresTextArray(self).postgresText }
+}
+
+/// A `text[]` whose elements may be NULL: a whole column of a batch in one bind, cast in SQL
+/// (`unnest($1::bigint[], $2::timestamptz[])`) so one statement writes many rows.
+public struct PostgresTextArray: PostgresEncodable {
+    public var elements: [String?]
+
+    public init(_ elements: [String?]) {
+        self.elements = elements
+    }
+
+    /// The text form of each value (`Date`, `Int`, `Bool`, ...), NULL for nil.
+    public init<Value: PostgresEncodable>(_ values: [Value?]) {
+        self.elements = values.map { $0?.postgresText }
+    }
+
+    public static var postgresType: PostgresType { .textArray }
+
     public var postgresText: String {
-        "{" + map { element in
-            "\"" + element.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
-        }.joined(separator: ",") + "}"
+        var text = "{"
+        for (index, element) in elements.enumerated() {
+            if index > 0 { text += "," }
+            guard let element else {
+                text += "NULL"
+                continue
+            }
+            text += "\""
+            for character in element.unicodeScalars {
+                if character == "\"" || character == "\\" { text += "\\" }
+                text.unicodeScalars.append(character)
+            }
+            text += "\""
+        }
+        return text + "}"
     }
 }
 

@@ -1,0 +1,391 @@
+import AppStore
+import Foundation
+import Logging
+import Postgres
+import Reconciliation
+import Storage
+import Synchronization
+
+/// One `run` or `backfill`: verify the selected accounts' receipts with Apple, plan the
+/// corrections, check the safety limit, apply, report.
+///
+/// Pages of accounts are read while earlier accounts are verified; results are written in
+/// batches (one transaction each) by a writer of its own, so Apple requests keep flowing while
+/// the database works. Memory is bounded by the in-flight window and two pending batches, not by
+/// the number of accounts.
+///
+/// The run first plans (receipt statuses, ledger and planned corrections are committed batch by
+/// batch), then applies the planned corrections in batches, each entitlement change together
+/// with its correction. A run killed at any point leaves whole batches only; the next run takes
+/// over the planned corrections and does not verify again what was committed.
+public final class ReconciliationRun: Sendable {
+    public struct Connections: Sendable {
+        /// Holds the run lock for the whole run.
+        public var lock: PostgresConnection
+        public var reader: PostgresConnection
+        public var writer: PostgresConnection
+
+        public init(lock: PostgresConnection, reader: PostgresConnection, writer: PostgresConnection) {
+            self.lock = lock
+            self.reader = reader
+            self.writer = writer
+        }
+    }
+
+    /// How a run ended, for the exit status.
+    public enum Ending: Sendable, Equatable {
+        case completed
+        /// Stopped by SIGTERM/SIGINT after finishing in-flight work.
+        case interrupted
+        /// The revoke ratio was over the limit: nothing applied.
+        case aborted
+        /// Apple kept rejecting the shared secret.
+        case sharedSecretRejected
+    }
+
+    let options: RunOptions
+    let connections: Connections
+    let client: VerifyReceiptClient
+    let logger: Logger
+    let stopRequested = Mutex(false)
+    /// Set when the writer failed: the producer stops taking accounts.
+    let writerFailed = Mutex(false)
+    let secretRejections = Mutex((consecutive: 0, total: 0))
+    /// Consecutive 21004 answers that stop the run.
+    let sharedSecretRejectionLimit: Int
+
+    public init(options: RunOptions, connections: Connections, client: VerifyReceiptClient, logger: Logger,
+                sharedSecretRejectionLimit: Int = 20) {
+        self.options = options
+        self.connections = connections
+        self.client = client
+        self.logger = logger
+        self.sharedSecretRejectionLimit = sharedSecretRejectionLimit
+    }
+
+    /// Asks the run to stop taking new accounts; in-flight work is finished and committed.
+    public func requestStop() {
+        stopRequested.withLock { $0 = true }
+    }
+
+    var shouldStop: Bool {
+        stopRequested.withLock { $0 } || writerFailed.withLock { $0 }
+            || secretRejections.withLock { $0.consecutive >= sharedSecretRejectionLimit }
+    }
+
+    /// Runs to the end and returns the summary (also stored in `iap.reconciliation_runs`).
+    public func run() async throws -> (summary: RunSummary, ending: Ending) {
+        guard try await RunLock.tryAcquire(connections.lock, shard: options.selection.shard) else { throw RunLocked() }
+        defer { Task { [lock = connections.lock] in await RunLock.release(lock) } }
+
+        let now = Date()
+        let reader = ReconciliationStore(connection: connections.reader)
+        let writer = ReconciliationStore(connection: connections.writer)
+        var summary = RunSummary()
+        summary.kind = options.kind
+        summary.isDryRun = options.isDryRun
+        summary.startedAt = now
+        summary.shard = options.shardText
+        summary.runId = try await writer.createRun(
+            kind: options.kind, isDryRun: options.isDryRun, startedAt: now, shard: options.shardText,
+            options: try PostgresJSON(encoding: OptionsRecord(options)))
+        var logger = self.logger
+        logger[metadataKey: "run.id"] = "\(summary.runId)"
+        logger.info("run.started", metadata: [
+            "run.kind": "\(options.kind)", "run.dry_run": "\(options.isDryRun)", "run.shard": "\(options.shardText ?? "all")",
+        ])
+
+        if !options.isDryRun {
+            let adopted = try await writer.adoptInterruptedRuns(runId: summary.runId, shard: options.shardText, now: now)
+            summary.correctionsAdopted = adopted.corrections
+            summary.accountsAdopted = adopted.accounts
+            if adopted.corrections > 0 {
+                logger.notice("run.adopted", metadata: ["corrections": "\(adopted.corrections)"])
+            }
+        }
+
+        let report = try RunReportWriter(
+            directory: options.reportDirectory ?? URL(filePath: "reports").appending(path: "run-\(summary.runId)"), runId: summary.runId)
+        do {
+            let rules = EntitlementRules(catalog: try await reader.catalog(), sandboxPolicy: options.sandboxPolicy)
+            summary = try await verifyAndPlan(now: now, rules: rules, reader: reader, writer: writer, summary: summary,
+                                              report: report, logger: logger)
+        } catch {
+            summary.status = "failed"
+            summary.error = "\(error)"
+            summary.finishedAt = Date()
+            try? await writer.updateRun(summary)
+            try? await report.finish(summary: summary, store: writer)
+            throw error
+        }
+
+        let rejectedSecret = secretRejections.withLock { state in
+            state.consecutive >= sharedSecretRejectionLimit || (state.total > 0 && summary.accountsVerified == 0 && state.total >= 3)
+        }
+        var ending: Ending = stopRequested.withLock { $0 } ? .interrupted : .completed
+        if rejectedSecret { ending = .sharedSecretRejected }
+
+        if !options.isDryRun {
+            let planned = try await writer.plannedRevokes(runId: summary.runId)
+            let accounts = summary.accountsProcessed + summary.accountsAdopted
+            let ratio = accounts == 0 ? 0 : Double(planned.revokedAccounts) / Double(accounts)
+            if accounts >= options.revokeRatioMinimumAccounts && ratio > options.maximumRevokeRatio {
+                ending = .aborted
+                summary.error = String(format: "%d of %d accounts (%.1f%%) would lose an entitlement, over the --max-revoke-ratio of %.1f%%: nothing was applied; the planned corrections are kept for review",
+                                       planned.revokedAccounts, accounts, ratio * 100, options.maximumRevokeRatio * 100)
+                logger.error("run.aborted", metadata: ["reason": "\(summary.error!)"])
+            } else {
+                var after: Int64 = 0
+                while true {
+                    let result = try await writer.applyPlanned(runId: summary.runId, afterId: after, limit: options.batchSize, now: now)
+                    guard let last = result.lastId else { break }
+                    after = last
+                    summary.correctionsApplied += result.applied
+                    summary.correctionsSuperseded += result.superseded
+                }
+            }
+        }
+
+        switch ending {
+        case .completed: summary.status = "completed"
+        case .interrupted: summary.status = "interrupted"
+        case .aborted: summary.status = "aborted"
+        case .sharedSecretRejected:
+            summary.status = "failed"
+            summary.error = SharedSecretRejected(count: secretRejections.withLock { $0.total }).description
+        }
+        summary.finishedAt = Date()
+        try await writer.updateRun(summary)
+        try await report.finish(summary: summary, store: writer)
+        logger.info("run.finished", metadata: [
+            "run.status": "\(summary.status)", "accounts": "\(summary.accountsProcessed)",
+            "corrections": "\(summary.totalCorrections)", "applied": "\(summary.correctionsApplied)",
+            "apple.requests": "\(summary.appleRequests)",
+        ])
+        return (summary, ending)
+    }
+
+    // MARK: - Phase 1: verify and plan
+
+    /// One account's work and result.
+    struct AccountWork: Sendable {
+        var accountId: String
+        var receipts: [StoredReceipt]
+        var stored: [Entitlement]
+    }
+
+    struct AccountResult: Sendable {
+        var accountId: String
+        var counts: AccountOutcomeCounts
+        var receiptUpdates: [ReceiptUpdate]
+        var ledger: [LedgerEntry]
+        var corrections: [Correction]
+        var failures: [FailureRecord]
+    }
+
+    private func verifyAndPlan(
+        now: Date, rules: EntitlementRules, reader: ReconciliationStore, writer: ReconciliationStore, summary: RunSummary,
+        report: RunReportWriter, logger: Logger
+    ) async throws -> RunSummary {
+        let batches = AsyncStream<[AccountResult]>.makeStream()
+        let pendingBatches = ConcurrencyLimiter(limit: 2)
+        let window = max(options.concurrency * 2, 16)
+        let diff = EntitlementDiff(expiryLag: options.expiryLag)
+
+        return try await withThrowingTaskGroup(of: RunSummary.self) { group in
+            // The writer: one transaction per batch, counts included, then the failures file.
+            group.addTask { [options] in
+                var summary = summary
+                var lastProgress = ContinuousClock.now
+                var failure: (any Error)?
+                for await batch in batches.stream {
+                    // Keep draining after a failure, so the producer is never left waiting.
+                    defer { pendingBatches.release() }
+                    guard failure == nil else { continue }
+                    var next = summary
+                    for result in batch { next.add(result.counts) }
+                    do {
+                        try await writer.connection.withTransaction { _ in
+                            try await writer.writeBatch(
+                                runId: summary.runId, receipts: batch.flatMap(\.receiptUpdates), ledger: batch.flatMap(\.ledger),
+                                corrections: batch.flatMap(\.corrections), isDryRun: options.isDryRun)
+                            try await writer.updateRun(next)
+                        }
+                        try report.appendFailures(batch.flatMap(\.failures))
+                    } catch {
+                        failure = error
+                        self.writerFailed.withLock { $0 = true }
+                        continue
+                    }
+                    summary = next
+                    if ContinuousClock.now - lastProgress > .seconds(10) {
+                        lastProgress = ContinuousClock.now
+                        logger.info("run.progress", metadata: [
+                            "accounts": "\(summary.accountsProcessed)", "corrections": "\(summary.totalCorrections)",
+                            "apple.requests": "\(summary.appleRequests)",
+                        ])
+                    }
+                }
+                if let failure { throw failure }
+                return summary
+            }
+
+            // The producer: pages in, accounts verified in a bounded window, batches out.
+            do {
+                try await withThrowingTaskGroup(of: AccountResult.self) { accounts in
+                    var inFlight = 0
+                    var pending: [AccountResult] = []
+                    func collect(_ result: AccountResult) async {
+                        pending.append(result)
+                        if pending.count >= options.batchSize {
+                            await pendingBatches.acquire()
+                            batches.continuation.yield(pending)
+                            pending = []
+                        }
+                    }
+                    var after = ""
+                    pages: while !shouldStop {
+                        let page = try await reader.accounts(after: after, limit: options.pageSize, selection: options.selection, now: now)
+                        guard let last = page.last else { break }
+                        after = last
+                        let receipts = try await reader.receipts(of: page)
+                        let stored = try await reader.entitlements(of: page)
+                        for accountId in page {
+                            if shouldStop { break pages }
+                            if inFlight >= window, let result = try await accounts.next() {
+                                inFlight -= 1
+                                await collect(result)
+                            }
+                            let work = AccountWork(accountId: accountId, receipts: receipts[accountId] ?? [], stored: stored[accountId] ?? [])
+                            accounts.addTask { await self.process(work, rules: rules, diff: diff, now: now) }
+                            inFlight += 1
+                        }
+                    }
+                    while let result = try await accounts.next() { await collect(result) }
+                    if !pending.isEmpty {
+                        await pendingBatches.acquire()
+                        batches.continuation.yield(pending)
+                    }
+                }
+            } catch {
+                batches.continuation.finish()
+                throw error
+            }
+            batches.continuation.finish()
+            return try await group.next()!
+        }
+    }
+
+    /// Verifies an account's receipts and plans its corrections: no database access here.
+    func process(_ work: AccountWork, rules: EntitlementRules, diff: EntitlementDiff, now: Date) async -> AccountResult {
+        var verified: [VerifiedReceipt] = []
+        var updates: [ReceiptUpdate] = []
+        var failures: [FailureRecord] = []
+        var receiptOutcomes: [String] = []
+        var counts = AccountOutcomeCounts(outcome: .verified)
+        for receipt in work.receipts {
+            let outcome = await client.verify(receipt: receipt.latestReceipt, knownEnvironment: receipt.environment)
+            receiptOutcomes.append(outcome.name)
+            counts.receipts[outcome.name, default: 0] += 1
+            counts.appleRequests += outcome.requests
+            if let status = outcome.finalStatus { counts.appleStatuses[String(status), default: 0] += 1 }
+            noteSharedSecret(outcome.finalStatus)
+
+            var update = ReceiptUpdate(
+                id: receipt.id, rowVersion: receipt.rowVersion, environment: outcome.environment, verifiedAt: nil,
+                status: outcome.finalStatus, nextAttemptAt: nil, attempts: 0, outcome: outcome.name, latestReceipt: nil)
+            switch outcome.result {
+            case .verified(let response):
+                let environment = outcome.environment?.rawValue ?? response.environment ?? "Production"
+                verified.append(VerifiedReceipt(receiptId: receipt.id, response: response, environment: environment))
+                update.verifiedAt = now
+                if let fresh = response.latestReceipt {
+                    let current = receipt.latestReceipt.filter { !$0.isWhitespace }
+                    if case .success(let compact) = VerifyReceiptClient.normalizedReceipt(fresh, maximumBytes: options.policy.maximumReceiptBytes) {
+                        if compact != current {
+                            update.latestReceipt = compact
+                            counts.latestReceiptsStored += 1
+                        }
+                    } else {
+                        counts.latestReceiptsIgnored += 1
+                    }
+                }
+            case .deferred:
+                update.attempts = receipt.attempts + 1
+                let backoff = min(options.maximumDeferral, 900 * pow(2, Double(min(receipt.attempts, 10))))
+                update.nextAttemptAt = now.addingTimeInterval(backoff)
+            case .failed(let status, _):
+                update.attempts = receipt.attempts + 1
+                // A rejected secret is this job's configuration, not the receipt: try it again next run.
+                update.nextAttemptAt = status == 21004 ? nil : now.addingTimeInterval(options.failedRetryAfter)
+            case .invalidReceipt:
+                update.attempts = receipt.attempts + 1
+                update.nextAttemptAt = now.addingTimeInterval(options.failedRetryAfter)
+            }
+            updates.append(update)
+            if outcome.name != "verified" {
+                failures.append(FailureRecord(
+                    accountId: work.accountId, receiptId: receipt.id, outcome: outcome.name, appleStatus: outcome.finalStatus,
+                    attempts: outcome.attempts, endpoints: outcome.endpoints.map(\.rawValue).joined(separator: ">"),
+                    reason: outcome.reason ?? ""))
+            }
+        }
+
+        let ledger = EntitlementRules.union(verified).map {
+            LedgerEntry(accountId: work.accountId, transaction: $0.transaction, environment: $0.environment)
+        }
+        counts.outcome = AccountOutcome.combining(receiptOutcomes)
+        var corrections: [Correction] = []
+        // Only accounts all of whose receipts verified get corrections: a partial view could revoke wrongly.
+        if counts.outcome == .verified && !work.receipts.isEmpty {
+            let computed = rules.entitlements(accountId: work.accountId, receipts: verified, now: now)
+            let plan = diff.corrections(stored: work.stored, computed: computed, now: now,
+                                        cancellationReasons: EntitlementRules.cancellationReasons(verified))
+            corrections = plan.corrections
+            counts.corrections = plan.corrections.map(\.kind)
+            counts.heldRevokes = plan.heldRevokes.count
+            counts.sandboxGrants = plan.corrections.filter { $0.kind == .grant && $0.after.environment == "Sandbox" }.count
+        }
+        return AccountResult(accountId: work.accountId, counts: counts, receiptUpdates: updates, ledger: ledger,
+                             corrections: corrections, failures: failures)
+    }
+
+    private func noteSharedSecret(_ status: Int?) {
+        guard let status else { return }
+        secretRejections.withLock { state in
+            if status == 21004 {
+                state.consecutive += 1
+                state.total += 1
+            } else {
+                state.consecutive = 0
+            }
+        }
+    }
+}
+
+/// The options as the run row records them (never the shared secret).
+struct OptionsRecord: Encodable {
+    var kind: String
+    var dryRun: Bool
+    var concurrency: Int
+    var requestsPerSecond: Double?
+    var maxAttempts: Int
+    var sandbox: String
+    var expiryLagSeconds: Double
+    var maxRevokeRatio: Double
+    var shard: String?
+    var excludeOldTransactions: Bool
+
+    init(_ options: RunOptions) {
+        kind = options.kind
+        dryRun = options.isDryRun
+        concurrency = options.concurrency
+        requestsPerSecond = options.requestsPerSecond
+        maxAttempts = options.policy.maximumAttempts
+        sandbox = options.sandboxPolicy.rawValue
+        expiryLagSeconds = options.expiryLag
+        maxRevokeRatio = options.maximumRevokeRatio
+        shard = options.shardText
+        excludeOldTransactions = options.policy.excludeOldTransactions
+    }
+}

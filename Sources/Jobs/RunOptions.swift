@@ -1,0 +1,51 @@
+import AppStore
+import Foundation
+import Reconciliation
+import Storage
+
+/// Everything a `run` or `backfill` was asked to do.
+public struct RunOptions: Sendable {
+    public var kind: String  // "nightly" or "backfill"
+    public var selection: AccountSelection
+    public var isDryRun = false
+    /// Apple requests in flight at once.
+    public var concurrency = 64
+    public var requestsPerSecond: Double?
+    public var policy = VerificationPolicy()
+    public var sandboxPolicy = SandboxPolicy.allow
+    public var expiryLag: TimeInterval = 3600
+    /// Nothing is applied when more than this share of the run's accounts would lose an entitlement...
+    public var maximumRevokeRatio = 0.10
+    /// ...over at least this many accounts.
+    public var revokeRatioMinimumAccounts = 100
+    /// Accounts read per page, and per write transaction.
+    public var pageSize = 500
+    public var batchSize = 500
+    /// Where deferred receipts wait before the next try, at most.
+    public var maximumDeferral: TimeInterval = 12 * 3600
+    /// Failed (final) receipts are tried again after this long.
+    public var failedRetryAfter: TimeInterval = 20 * 3600
+    public var reportDirectory: URL?
+
+    public init(kind: String, selection: AccountSelection) {
+        self.kind = kind
+        self.selection = selection
+    }
+
+    public var shardText: String? {
+        selection.shard.map { "\($0.index)/\($0.count)" }
+    }
+}
+
+/// Raised by the shared-secret guard: many 21004 answers in a row mean the secret is wrong.
+public struct SharedSecretRejected: Error, CustomStringConvertible {
+    public var count: Int
+    public var description: String {
+        "Apple rejected the shared secret \(count) times in a row (status 21004): check APPLE_SHARED_SECRET"
+    }
+}
+
+/// Another run holds the lock.
+public struct RunLocked: Error, CustomStringConvertible {
+    public var description: String { "another run holds the lock on this database" }
+}

@@ -1,0 +1,110 @@
+import Foundation
+import Reconciliation
+import Storage
+
+/// The report's words and numbers, rendered from a run's summary (pure).
+public enum RunReport {
+    /// What verifyReceipt polling cannot see, said in every report rather than guessed.
+    public static let blindSpots = """
+        What polling cannot see: a refund of a consumable (or of a non-renewing purchase) that the app \
+        already finished is gone from every verifyReceipt answer, so no run can find it; only App Store \
+        Server Notifications (REFUND) report it. Revocations of family sharing appear only once Apple's \
+        answer for that member's receipt changes.
+        """
+
+    public static func json(_ summary: RunSummary) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(ReportDate.timestamp(date))
+        }
+        var object = (try? JSONSerialization.jsonObject(with: encoder.encode(summary))) as? [String: Any] ?? [:]
+        object["outcomes"] = [
+            "verified": summary.accountsVerified, "unchanged": summary.accountsUnchanged, "corrected": summary.accountsCorrected,
+            "deferred": summary.accountsDeferred, "failed": summary.accountsFailed, "invalid_receipt": summary.accountsInvalidReceipt,
+        ]
+        object["polling_blind_spots"] = blindSpots
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])) ?? Data()
+        return String(decoding: data, as: UTF8.self) + "\n"
+    }
+
+    /// The short summary printed on stdout at the end of a run.
+    public static func short(_ summary: RunSummary) -> String {
+        let byKind: [String] = Correction.Kind.allCases.compactMap { kind in
+            summary.corrections[kind.rawValue].map { "\($0) \(kind.rawValue)" }
+        }
+        let corrections = byKind.isEmpty ? "none" : byKind.joined(separator: ", ")
+        let applied = summary.isDryRun ? " (planned, not applied)" : ", \(summary.correctionsApplied) applied"
+        let title = "Run \(summary.runId) (\(summary.kind)\(summary.isDryRun ? ", dry run" : "")): \(summary.status)"
+        let accounts = "  accounts: \(summary.accountsProcessed) processed, \(summary.accountsVerified) verified "
+            + "(\(summary.accountsCorrected) corrected, \(summary.accountsUnchanged) unchanged), "
+            + "\(summary.accountsDeferred) deferred, \(summary.accountsFailed) failed, "
+            + "\(summary.accountsInvalidReceipt) invalid receipt"
+        var lines: [String] = [title, accounts, "  corrections: " + corrections + applied, "  Apple requests: \(summary.appleRequests)"]
+        if summary.sandboxGrants > 0 { lines.append("  sandbox grants: \(summary.sandboxGrants)") }
+        if summary.heldRevokes > 0 { lines.append("  revokes held for the expiry lag: \(summary.heldRevokes)") }
+        if summary.correctionsSuperseded > 0 {
+            lines.append("  superseded (entitlement changed meanwhile): \(summary.correctionsSuperseded)")
+        }
+        if summary.correctionsAdopted > 0 { lines.append("  taken over from interrupted runs: \(summary.correctionsAdopted)") }
+        if let error = summary.error { lines.append("  note: \(error)") }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    public static func markdown(_ summary: RunSummary) -> String {
+        func row(_ name: String, _ value: Int) -> String { "| \(name) | \(value) |" }
+        var text = """
+            # Reconciliation run \(summary.runId)
+
+            - Kind: \(summary.kind)\(summary.isDryRun ? " (dry run: nothing applied)" : "")
+            - Status: **\(summary.status)**
+            - Started: \(ReportDate.timestamp(summary.startedAt))
+            - Finished: \(summary.finishedAt.map(ReportDate.timestamp) ?? "-")
+            - Shard: \(summary.shard ?? "all accounts")
+
+            ## Accounts by outcome
+
+            | outcome | accounts |
+            |---|---|
+            \(row("verified", summary.accountsVerified))
+            \(row("unchanged", summary.accountsUnchanged))
+            \(row("corrected", summary.accountsCorrected))
+            \(row("deferred", summary.accountsDeferred))
+            \(row("failed", summary.accountsFailed))
+            \(row("invalid_receipt", summary.accountsInvalidReceipt))
+
+            ## Corrections by kind
+
+            | kind | corrections |
+            |---|---|
+
+            """
+        for kind in Correction.Kind.allCases {
+            text += row(kind.rawValue, summary.corrections[kind.rawValue] ?? 0) + "\n"
+        }
+        text += """
+
+            - Applied: \(summary.correctionsApplied); superseded (the entitlement changed after planning): \(summary.correctionsSuperseded)
+            - Sandbox grants: \(summary.sandboxGrants)
+            - Revokes held for the expiry lag: \(summary.heldRevokes)
+            - Taken over from interrupted runs: \(summary.correctionsAdopted)
+            - Apple requests: \(summary.appleRequests)
+            - Fresher receipts from Apple stored: \(summary.latestReceiptsStored); placeholders ignored: \(summary.latestReceiptsIgnored)
+
+            """
+        if !summary.appleStatuses.isEmpty {
+            text += "\n## Apple statuses in final answers\n\n| status | receipts |\n|---|---|\n"
+            for (status, count) in summary.appleStatuses.sorted(by: { $0.key < $1.key }) { text += "| \(status) | \(count) |\n" }
+        }
+        if let error = summary.error { text += "\n## Note\n\n\(error)\n" }
+        text += "\n## What polling cannot see\n\n\(blindSpots)\n"
+        return text
+    }
+
+    static func correctionFields(_ record: CorrectionRecord) -> [String?] {
+        [String(record.id), record.accountId, record.productId, record.kind, record.reason, record.status,
+         record.appliedAt.map(ReportDate.timestamp), record.beforeState, record.afterState, record.beforeExpiresAt,
+         record.afterExpiresAt, record.environment]
+    }
+}

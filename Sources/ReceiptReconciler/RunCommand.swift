@@ -1,0 +1,146 @@
+import AppStore
+import ArgumentParser
+import Dispatch
+import Foundation
+import Jobs
+import Logging
+import Postgres
+import Reconciliation
+import Storage
+
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "The nightly run: re-verifies every account with a receipt that is due, and corrects its entitlements.",
+        discussion: """
+            Due: never verified, or not since --stale-after; deferred receipts once their next_attempt_at has \
+            passed. Every receipt of a due account is verified, since entitlements come from all of them; an \
+            account with any receipt that did not verify gets no correction. Writes the report (summary.json, \
+            summary.md, corrections.csv, failures.csv) and prints a short summary.
+            """
+    )
+
+    @OptionGroup var database: DatabaseOptions
+    @OptionGroup var run: RunCommandOptions
+    @OptionGroup var logging: LoggingOptions
+
+    @Option(help: "Receipts verified more recently than this are not due.")
+    var staleAfter = TimeLength(seconds: 20 * 3600)
+
+    func run() async throws {
+        let logger = logging.bootstrap()
+        try await runReportingErrors(logger: logger) {
+            try await executeRun(run.runOptions(kind: "nightly", selection: .due(staleAfter: staleAfter.seconds)),
+                                 common: run, database: database, logger: logger)
+        }
+    }
+}
+
+struct BackfillCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "backfill",
+        abstract: "A manual run over a selection of accounts, due or not.",
+        discussion: """
+            Selections combine (an account must match all given): --account (repeatable), --receipt-id \
+            (repeatable; selects that receipt's account), --since/--until (the receipt's updated_at, half-open), \
+            --product (accounts with an entitlement or a transaction of it). --all takes every account.
+            """
+    )
+
+    @OptionGroup var database: DatabaseOptions
+    @OptionGroup var run: RunCommandOptions
+    @OptionGroup var logging: LoggingOptions
+
+    @Option(name: .customLong("account"), help: "An account id (repeatable).")
+    var accounts: [String] = []
+
+    @Option(name: .customLong("receipt-id"), help: "An iap.app_receipts id (repeatable).")
+    var receiptIds: [Int64] = []
+
+    @Option(help: "Receipts updated at or after this time (ISO 8601, e.g. 2026-11-01 or 2026-11-01T00:00:00Z).")
+    var since: String?
+
+    @Option(help: "Receipts updated before this time (ISO 8601).")
+    var until: String?
+
+    @Option(name: .customLong("product"), help: "A product id (repeatable).")
+    var products: [String] = []
+
+    @Flag(help: "Every account.")
+    var all = false
+
+    func validate() throws {
+        if all && (!accounts.isEmpty || !receiptIds.isEmpty || since != nil || until != nil || !products.isEmpty) {
+            throw ValidationError("--all takes every account: leave out the other selections")
+        }
+        if !all && accounts.isEmpty && receiptIds.isEmpty && since == nil && until == nil && products.isEmpty {
+            throw ValidationError("say which accounts: --account, --receipt-id, --since/--until, --product, or --all")
+        }
+        if let since, parseTime(since) == nil { throw ValidationError("--since: not an ISO 8601 date or time: \(since)") }
+        if let until, parseTime(until) == nil { throw ValidationError("--until: not an ISO 8601 date or time: \(until)") }
+    }
+
+    func run() async throws {
+        let logger = logging.bootstrap()
+        try await runReportingErrors(logger: logger) {
+            let selection = AccountSelection.Kind.backfill(
+                accounts: accounts, receiptIds: receiptIds, since: since.flatMap(parseTime), until: until.flatMap(parseTime),
+                products: products, all: all)
+            try await executeRun(run.runOptions(kind: "backfill", selection: selection), common: run, database: database, logger: logger)
+        }
+    }
+}
+
+/// `2026-11-01`, `2026-11-01T10:00:00Z`, or with a fraction or offset; dates are UTC midnight.
+func parseTime(_ text: String) -> Date? {
+    if text.count == 10, let date = ReportDate.parse(text + "T00:00:00Z") { return date }
+    if let date = ReportDate.parse(text) { return date }
+    let formatter = ISO8601DateFormatter()
+    return formatter.date(from: text)
+}
+
+/// Connects, runs, reports, and maps the ending to the contract's exit status.
+func executeRun(_ options: RunOptions, common: RunCommandOptions, database: DatabaseOptions, logger: Logger) async throws {
+    let connectionString = try database.connectionString()
+    let secret = try common.sharedSecret()
+    let connections = ReconciliationRun.Connections(
+        lock: try await PostgresConnection.connect(connectionString),
+        reader: try await PostgresConnection.connect(connectionString),
+        writer: try await PostgresConnection.connect(connectionString))
+    let client = VerifyReceiptClient(
+        endpoints: common.endpoints(), sharedSecret: secret, policy: options.policy, concurrency: options.concurrency,
+        requestsPerSecond: options.requestsPerSecond, logger: logger)
+    defer { client.shutdown() }
+    let run = ReconciliationRun(options: options, connections: connections, client: client, logger: logger)
+
+    // SIGTERM and SIGINT: stop taking accounts, finish what is in flight, commit, end `interrupted`.
+    signal(SIGTERM, SIG_IGN)
+    signal(SIGINT, SIG_IGN)
+    let signals = [SIGTERM, SIGINT].map { number in
+        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+        source.setEventHandler {
+            logger.notice("run.stopping", metadata: ["signal": "\(number == SIGTERM ? "SIGTERM" : "SIGINT")"])
+            run.requestStop()
+        }
+        source.resume()
+        return source
+    }
+    defer { signals.forEach { $0.cancel() } }
+
+    let result: (summary: RunSummary, ending: ReconciliationRun.Ending)
+    do {
+        result = try await run.run()
+    } catch is RunLocked {
+        logger.error("run.locked", metadata: ["error": "another run holds the lock on this database; try again when it ends"])
+        throw ExitStatus.locked
+    }
+    FileHandle.standardOutput.write(Data(RunReport.short(result.summary).utf8))
+    switch result.ending {
+    case .completed: return
+    case .interrupted: throw ExitStatus.failed
+    case .aborted: throw ExitStatus.aborted
+    case .sharedSecretRejected:
+        logger.error("apple.shared_secret_rejected", metadata: ["error": "\(result.summary.error ?? "")"])
+        throw ExitStatus.configuration
+    }
+}

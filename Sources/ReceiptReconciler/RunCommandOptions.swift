@@ -1,0 +1,135 @@
+import AppStore
+import ArgumentParser
+import Foundation
+import Jobs
+import Reconciliation
+import Storage
+
+/// A length of time on the command line: `20h`, `30m`, `90s`, `2d`, `500ms`, or plain seconds.
+struct TimeLength: ExpressibleByArgument, Sendable {
+    var seconds: TimeInterval
+
+    init(seconds: TimeInterval) { self.seconds = seconds }
+
+    init?(argument: String) {
+        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86_400)]
+        for (suffix, scale) in units where argument.hasSuffix(suffix) {
+            guard let value = Double(argument.dropLast(suffix.count)), value >= 0 else { return nil }
+            seconds = value * scale
+            return
+        }
+        guard let value = Double(argument), value >= 0 else { return nil }
+        seconds = value
+    }
+
+    var duration: Duration { .milliseconds(Int64(seconds * 1000)) }
+}
+
+/// `K/N`: shard K (0-based) of N.
+struct Shard: ExpressibleByArgument, Sendable {
+    var index: Int
+    var count: Int
+
+    init?(argument: String) {
+        let parts = argument.split(separator: "/")
+        guard parts.count == 2, let index = Int(parts[0]), let count = Int(parts[1]), count > 0, (0..<count).contains(index) else {
+            return nil
+        }
+        self.index = index
+        self.count = count
+    }
+}
+
+extension SandboxPolicy: ExpressibleByArgument {}
+
+/// Options common to `run` and `backfill` (contract section 2).
+struct RunCommandOptions: ParsableArguments {
+    @Flag(help: "Plan and report without changing any entitlement, receipt or ledger row.")
+    var dryRun = false
+
+    @Option(help: "Apple requests in flight at once.")
+    var concurrency = 64
+
+    @Option(help: ArgumentHelp("Apple requests per second at most (default: unlimited).", valueName: "requests-per-second"))
+    var rateLimit: Double?
+
+    @Option(help: "Attempts per receipt before it is deferred to a later run.")
+    var maxAttempts = 5
+
+    @Option(help: ArgumentHelp("Where the report goes (default: reports/run-ID).", valueName: "directory"))
+    var reportDir: String?
+
+    @Option(help: ArgumentHelp("Only accounts whose hash falls in shard K (0-based) of N, e.g. 0/4, for several workers.", valueName: "K/N"))
+    var shard: Shard?
+
+    @Flag(help: "Ask Apple to leave out old renewals (off by default: the finance ledger needs the whole history).")
+    var excludeOldTransactions = false
+
+    @Option(help: "Whether sandbox purchases grant entitlements: allow (App Review uses them) or deny.")
+    var sandbox: SandboxPolicy = .allow
+
+    @Option(help: "Do not revoke for an expiry that passed less than this long ago (Apple's renewal can show up late).")
+    var expiryLag = TimeLength(seconds: 3600)
+
+    @Option(help: "Apply nothing (exit 3) when more than this share of the run's accounts would lose an entitlement (over at least 100 accounts).")
+    var maxRevokeRatio = 0.10
+
+    @Option(help: "Time limit for one exchange with Apple.")
+    var requestTimeout = TimeLength(seconds: 60)
+
+    @Option(help: ArgumentHelp("verifyReceipt production address (default: $APPLE_PRODUCTION_URL, else Apple's).", valueName: "url"))
+    var appleProductionURL: String?
+
+    @Option(help: ArgumentHelp("verifyReceipt sandbox address (default: $APPLE_SANDBOX_URL, else Apple's).", valueName: "url"))
+    var appleSandboxURL: String?
+
+    @Option(help: ArgumentHelp(
+        "File holding the app's shared secret (default: $APPLE_SHARED_SECRET). Never pass the secret itself on the command line.",
+        valueName: "path"))
+    var sharedSecretFile: String?
+
+    func validate() throws {
+        guard concurrency >= 1 && concurrency <= 10_000 else { throw ValidationError("--concurrency must be between 1 and 10000") }
+        guard maxAttempts >= 1 && maxAttempts <= 100 else { throw ValidationError("--max-attempts must be between 1 and 100") }
+        guard (0...1).contains(maxRevokeRatio) else { throw ValidationError("--max-revoke-ratio must be between 0 and 1") }
+        if let rateLimit, rateLimit <= 0 { throw ValidationError("--rate-limit must be positive") }
+    }
+
+    func endpoints() -> VerifyReceiptClient.Endpoints {
+        let environment = ProcessInfo.processInfo.environment
+        return VerifyReceiptClient.Endpoints(
+            production: appleProductionURL ?? environment["APPLE_PRODUCTION_URL"].flatMap { $0.isEmpty ? nil : $0 }
+                ?? VerifyReceiptClient.Endpoints.apple.production,
+            sandbox: appleSandboxURL ?? environment["APPLE_SANDBOX_URL"].flatMap { $0.isEmpty ? nil : $0 }
+                ?? VerifyReceiptClient.Endpoints.apple.sandbox)
+    }
+
+    func sharedSecret() throws -> String {
+        if let sharedSecretFile {
+            guard let text = try? String(contentsOfFile: sharedSecretFile, encoding: .utf8) else {
+                throw ConfigurationError("cannot read the shared secret file \(sharedSecretFile)")
+            }
+            let secret = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !secret.isEmpty else { throw ConfigurationError("the shared secret file \(sharedSecretFile) is empty") }
+            return secret
+        }
+        guard let secret = ProcessInfo.processInfo.environment["APPLE_SHARED_SECRET"], !secret.isEmpty else {
+            throw ConfigurationError("no shared secret: set APPLE_SHARED_SECRET or pass --shared-secret-file")
+        }
+        return secret
+    }
+
+    func runOptions(kind: String, selection: AccountSelection.Kind) -> RunOptions {
+        var options = RunOptions(kind: kind, selection: AccountSelection(kind: selection, shard: shard.map { ($0.index, $0.count) }))
+        options.isDryRun = dryRun
+        options.concurrency = concurrency
+        options.requestsPerSecond = rateLimit
+        options.policy = VerificationPolicy(
+            maximumAttempts: maxAttempts, requestTimeout: requestTimeout.duration, excludeOldTransactions: excludeOldTransactions)
+        options.sandboxPolicy = sandbox
+        options.expiryLag = expiryLag.seconds
+        options.maximumRevokeRatio = maxRevokeRatio
+        options.reportDirectory = reportDir.map { URL(filePath: $0) }
+        return options
+    }
+}

@@ -1,0 +1,105 @@
+import Foundation
+
+/// The counts of one run, as the report and `iap.reconciliation_runs` show them.
+public struct RunSummary: Sendable, Codable, Equatable {
+    public var runId: Int64 = 0
+    public var kind = "nightly"
+    public var status = "running"
+    public var isDryRun = false
+    public var startedAt = Date(timeIntervalSince1970: 0)
+    public var finishedAt: Date?
+    public var shard: String?
+
+    /// Accounts by outcome: `verified` (all receipts verified) splits into `corrected` and `unchanged`.
+    public var accountsProcessed = 0
+    public var accountsVerified = 0
+    public var accountsUnchanged = 0
+    public var accountsCorrected = 0
+    public var accountsDeferred = 0
+    public var accountsFailed = 0
+    public var accountsInvalidReceipt = 0
+
+    /// Receipts by outcome (`verified`, `deferred`, `failed`, `invalid_receipt`).
+    public var receipts: [String: Int] = [:]
+    /// Apple statuses seen in final answers, by status.
+    public var appleStatuses: [String: Int] = [:]
+    public var appleRequests = 0
+
+    /// Planned corrections by kind.
+    public var corrections: [String: Int] = [:]
+    /// Accounts that would lose an entitlement (the safety limit's numerator).
+    public var accountsRevoked = 0
+    /// Revokes held back by the expiry lag.
+    public var heldRevokes = 0
+    /// Grants of sandbox purchases: a line of their own in the report.
+    public var sandboxGrants = 0
+    public var correctionsApplied = 0
+    public var correctionsSuperseded = 0
+    /// Corrections planned by crashed runs and taken over by this one, and the accounts those runs processed.
+    public var correctionsAdopted = 0
+    public var accountsAdopted = 0
+
+    /// Fresher blobs from Apple stored in place of the old ones, and placeholders ignored.
+    public var latestReceiptsStored = 0
+    public var latestReceiptsIgnored = 0
+
+    public var error: String?
+
+    public init() {}
+
+    public var totalCorrections: Int { corrections.values.reduce(0, +) }
+
+    /// Adds one account's result.
+    public mutating func add(_ account: AccountOutcomeCounts) {
+        accountsProcessed += 1
+        switch account.outcome {
+        case .verified:
+            accountsVerified += 1
+            if account.corrections.isEmpty { accountsUnchanged += 1 } else { accountsCorrected += 1 }
+        case .deferred: accountsDeferred += 1
+        case .failed: accountsFailed += 1
+        case .invalidReceipt: accountsInvalidReceipt += 1
+        }
+        for (outcome, count) in account.receipts { receipts[outcome, default: 0] += count }
+        for (status, count) in account.appleStatuses { appleStatuses[status, default: 0] += count }
+        appleRequests += account.appleRequests
+        for kind in account.corrections { corrections[kind.rawValue, default: 0] += 1 }
+        if account.corrections.contains(.revoke) { accountsRevoked += 1 }
+        heldRevokes += account.heldRevokes
+        sandboxGrants += account.sandboxGrants
+        latestReceiptsStored += account.latestReceiptsStored
+        latestReceiptsIgnored += account.latestReceiptsIgnored
+    }
+}
+
+/// How one account came out of a run.
+public enum AccountOutcome: String, Sendable, Codable {
+    case verified, deferred, failed
+    case invalidReceipt = "invalid_receipt"
+
+    /// An account is verified only when all its receipts are; otherwise the most hopeful of its
+    /// troubles names it: deferred (will be retried) over failed over invalid.
+    public static func combining(_ receiptOutcomes: [String]) -> AccountOutcome {
+        if receiptOutcomes.allSatisfy({ $0 == "verified" }) { return .verified }
+        if receiptOutcomes.contains("deferred") { return .deferred }
+        if receiptOutcomes.contains("failed") { return .failed }
+        return .invalidReceipt
+    }
+}
+
+/// The per-account numbers a run adds up.
+public struct AccountOutcomeCounts: Sendable {
+    public var outcome: AccountOutcome
+    public var receipts: [String: Int] = [:]
+    public var appleStatuses: [String: Int] = [:]
+    public var appleRequests = 0
+    public var corrections: [Correction.Kind] = []
+    public var heldRevokes = 0
+    public var sandboxGrants = 0
+    public var latestReceiptsStored = 0
+    public var latestReceiptsIgnored = 0
+
+    public init(outcome: AccountOutcome) {
+        self.outcome = outcome
+    }
+}

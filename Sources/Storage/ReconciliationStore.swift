@@ -1,0 +1,318 @@
+import AppStore
+import Foundation
+import Postgres
+import Reconciliation
+
+/// The SQL of a reconciliation run: reading due accounts in keyset pages, writing a batch of
+/// results in one transaction, and applying planned corrections. Every value is bound.
+///
+/// A store wraps one connection and serves one task at a time: the run uses one store to read
+/// and another to write, so pages are read while batches are written.
+public struct ReconciliationStore: Sendable {
+    public let connection: PostgresConnection
+
+    public init(connection: PostgresConnection) {
+        self.connection = connection
+    }
+
+    // MARK: - Reading
+
+    /// The product catalog (`iap.products`), by product id.
+    public func catalog() async throws -> [String: Product] {
+        var catalog: [String: Product] = [:]
+        for row in try await connection.query("SELECT product_id, type, duration, entitlement, price, currency FROM iap.products") {
+            guard let type = ProductType(rawValue: try row.decode("type", as: String.self)) else { continue }
+            let duration = try row.decode("duration", as: PostgresInterval?.self).map {
+                CalendarDuration(months: Int($0.months), days: Int($0.days), seconds: Double($0.microseconds) / 1_000_000)
+            }
+            let product = Product(
+                productId: try row.decode("product_id"), type: type, duration: duration,
+                entitlement: try row.decode("entitlement"), price: try row.decode("price"), currency: try row.decode("currency"))
+            catalog[product.productId] = product
+        }
+        return catalog
+    }
+
+    /// The next page of selected accounts after `after`, in account order (keyset pagination:
+    /// bounded memory and no account twice, however large the table).
+    public func accounts(after: String, limit: Int, selection: AccountSelection, now: Date) async throws -> [String] {
+        let shardCount = selection.shard.map { Int($0.count) }
+        let shardIndex = selection.shard.map { Int($0.index) }
+        let rows: [PostgresRow]
+        switch selection.kind {
+        case .due(let staleAfter):
+            let staleBefore = now.addingTimeInterval(-staleAfter)
+            rows = try await connection.query("""
+                SELECT account_id FROM iap.app_receipts
+                WHERE account_id > \(after)
+                  AND (last_verified_at IS NULL OR last_verified_at < \(staleBefore))
+                  AND (next_attempt_at IS NULL OR next_attempt_at <= \(now))
+                  AND (\(shardCount)::bigint IS NULL
+                       OR ((hashtextextended(account_id, 0) % \(shardCount)) + \(shardCount)) % \(shardCount) = \(shardIndex))
+                GROUP BY account_id ORDER BY account_id LIMIT \(limit)
+                """)
+        case .backfill(let accounts, let receiptIds, let since, let until, let products, _):
+            rows = try await connection.query("""
+                SELECT account_id FROM iap.app_receipts
+                WHERE account_id > \(after)
+                  AND (cardinality(\(accounts)::text[]) = 0 OR account_id = ANY(\(accounts)::text[]))
+                  AND (cardinality(\(receiptIds.map(String.init))::bigint[]) = 0 OR id = ANY(\(receiptIds.map(String.init))::bigint[]))
+                  AND (\(since)::timestamptz IS NULL OR updated_at >= \(since))
+                  AND (\(until)::timestamptz IS NULL OR updated_at < \(until))
+                  AND (cardinality(\(products)::text[]) = 0 OR account_id IN (
+                        SELECT account_id FROM iap.entitlements WHERE product_id = ANY(\(products)::text[])
+                        UNION SELECT account_id FROM iap.transactions WHERE product_id = ANY(\(products)::text[])))
+                  AND (\(shardCount)::bigint IS NULL
+                       OR ((hashtextextended(account_id, 0) % \(shardCount)) + \(shardCount)) % \(shardCount) = \(shardIndex))
+                GROUP BY account_id ORDER BY account_id LIMIT \(limit)
+                """)
+        }
+        return try rows.map { try $0.decode("account_id") }
+    }
+
+    /// Every receipt of these accounts (an account's entitlements come from all of them).
+    public func receipts(of accounts: [String]) async throws -> [String: [StoredReceipt]] {
+        let rows = try await connection.query("""
+            SELECT id, account_id, bundle_id, latest_receipt, environment, attempts, xmin::text AS row_version
+            FROM iap.app_receipts WHERE account_id = ANY(\(accounts)) ORDER BY account_id, id
+            """)
+        var result: [String: [StoredReceipt]] = [:]
+        for row in rows {
+            let receipt = StoredReceipt(
+                id: try row.decode("id"), accountId: try row.decode("account_id"), bundleId: try row.decode("bundle_id"),
+                latestReceipt: try row.decode("latest_receipt"),
+                environment: AppleEnvironment(appleName: try row.decode("environment", as: String?.self)),
+                attempts: try row.decode("attempts"), rowVersion: try row.decode("row_version"))
+            result[receipt.accountId, default: []].append(receipt)
+        }
+        return result
+    }
+
+    /// The stored entitlements of these accounts.
+    public func entitlements(of accounts: [String]) async throws -> [String: [Entitlement]] {
+        let rows = try await connection.query("SELECT * FROM iap.entitlements WHERE account_id = ANY(\(accounts))")
+        var result: [String: [Entitlement]] = [:]
+        for row in rows {
+            let entitlement = try Entitlement(row: row)
+            result[entitlement.accountId, default: []].append(entitlement)
+        }
+        return result
+    }
+
+    // MARK: - Writing a batch
+
+    /// Writes one batch in the caller's transaction: receipt statuses, the ledger and the planned
+    /// corrections. In a dry run only the planned corrections are written.
+    public func writeBatch(
+        runId: Int64, receipts: [ReceiptUpdate], ledger: [LedgerEntry], corrections: [Correction], isDryRun: Bool
+    ) async throws {
+        if !isDryRun {
+            try await updateReceipts(runId: runId, receipts)
+            try await upsertLedger(ledger)
+        }
+        try await insertPlannedCorrections(runId: runId, corrections)
+    }
+
+    func updateReceipts(runId: Int64, _ updates: [ReceiptUpdate]) async throws {
+        guard !updates.isEmpty else { return }
+        try await connection.execute("""
+            UPDATE iap.app_receipts AS r SET
+                environment      = COALESCE(u.environment, r.environment),
+                last_verified_at = CASE WHEN r.xmin::text = u.row_version THEN COALESCE(u.verified_at, r.last_verified_at)
+                                        ELSE r.last_verified_at END,
+                last_status      = u.status,
+                next_attempt_at  = u.next_attempt_at,
+                attempts         = u.attempts,
+                last_outcome     = u.outcome,
+                last_run_id      = \(runId),
+                latest_receipt   = CASE WHEN r.xmin::text = u.row_version AND u.latest_receipt IS NOT NULL
+                                        THEN u.latest_receipt ELSE r.latest_receipt END
+            FROM unnest(\(PostgresTextArray(updates.map { String($0.id) }))::bigint[],
+                        \(PostgresTextArray(updates.map(\.rowVersion)))::text[],
+                        \(PostgresTextArray(updates.map { $0.environment?.rawValue }))::text[],
+                        \(PostgresTextArray(updates.map(\.verifiedAt)))::timestamptz[],
+                        \(PostgresTextArray(updates.map(\.status)))::integer[],
+                        \(PostgresTextArray(updates.map(\.nextAttemptAt)))::timestamptz[],
+                        \(PostgresTextArray(updates.map(\.attempts)))::integer[],
+                        \(PostgresTextArray(updates.map(\.outcome)))::text[],
+                        \(PostgresTextArray(updates.map(\.latestReceipt)))::text[])
+                AS u(id, row_version, environment, verified_at, status, next_attempt_at, attempts, outcome, latest_receipt)
+            WHERE r.id = u.id
+            """)
+    }
+
+    /// Upserts transactions; a recorded cancellation is never cleared by an answer that omits it,
+    /// and an unchanged transaction is not rewritten.
+    public func upsertLedger(_ entries: [LedgerEntry]) async throws {
+        var seen = Set<String>()
+        let unique = entries.filter { seen.insert($0.transaction.transactionId).inserted }
+        guard !unique.isEmpty else { return }
+        let transactions = unique.map(\.transaction)
+        try await connection.execute("""
+            INSERT INTO iap.transactions AS t (
+                transaction_id, account_id, original_transaction_id, product_id, purchase_date, original_purchase_date,
+                expires_date, cancellation_date, cancellation_reason, is_upgraded, is_trial_period,
+                is_in_intro_offer_period, quantity, web_order_line_item_id, subscription_group_identifier,
+                offer_code_ref_name, promotional_offer_id, ownership_type, environment)
+            SELECT * FROM unnest(
+                \(PostgresTextArray(transactions.map(\.transactionId)))::text[],
+                \(PostgresTextArray(unique.map(\.accountId)))::text[],
+                \(PostgresTextArray(transactions.map(\.originalTransactionId)))::text[],
+                \(PostgresTextArray(transactions.map(\.productId)))::text[],
+                \(PostgresTextArray(transactions.map(\.purchaseDate)))::timestamptz[],
+                \(PostgresTextArray(transactions.map(\.originalPurchaseDate)))::timestamptz[],
+                \(PostgresTextArray(transactions.map(\.expiresDate)))::timestamptz[],
+                \(PostgresTextArray(transactions.map(\.cancellationDate)))::timestamptz[],
+                \(PostgresTextArray(transactions.map(\.cancellationReason)))::integer[],
+                \(PostgresTextArray(transactions.map(\.isUpgraded)))::boolean[],
+                \(PostgresTextArray(transactions.map(\.isTrialPeriod)))::boolean[],
+                \(PostgresTextArray(transactions.map(\.isInIntroOfferPeriod)))::boolean[],
+                \(PostgresTextArray(transactions.map(\.quantity)))::integer[],
+                \(PostgresTextArray(transactions.map(\.webOrderLineItemId)))::text[],
+                \(PostgresTextArray(transactions.map(\.subscriptionGroupIdentifier)))::text[],
+                \(PostgresTextArray(transactions.map(\.offerCodeRefName)))::text[],
+                \(PostgresTextArray(transactions.map(\.promotionalOfferId)))::text[],
+                \(PostgresTextArray(transactions.map(\.inAppOwnershipType)))::text[],
+                \(PostgresTextArray(unique.map(\.environment)))::text[])
+            ON CONFLICT (transaction_id) DO UPDATE SET
+                original_transaction_id       = COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
+                purchase_date                 = COALESCE(EXCLUDED.purchase_date, t.purchase_date),
+                original_purchase_date        = COALESCE(EXCLUDED.original_purchase_date, t.original_purchase_date),
+                expires_date                  = COALESCE(EXCLUDED.expires_date, t.expires_date),
+                cancellation_date             = COALESCE(EXCLUDED.cancellation_date, t.cancellation_date),
+                cancellation_reason           = COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason),
+                is_upgraded                   = COALESCE(EXCLUDED.is_upgraded, t.is_upgraded),
+                is_trial_period               = COALESCE(EXCLUDED.is_trial_period, t.is_trial_period),
+                is_in_intro_offer_period      = COALESCE(EXCLUDED.is_in_intro_offer_period, t.is_in_intro_offer_period),
+                quantity                      = COALESCE(EXCLUDED.quantity, t.quantity),
+                web_order_line_item_id        = COALESCE(EXCLUDED.web_order_line_item_id, t.web_order_line_item_id),
+                subscription_group_identifier = COALESCE(EXCLUDED.subscription_group_identifier, t.subscription_group_identifier),
+                offer_code_ref_name           = COALESCE(EXCLUDED.offer_code_ref_name, t.offer_code_ref_name),
+                promotional_offer_id          = COALESCE(EXCLUDED.promotional_offer_id, t.promotional_offer_id),
+                ownership_type                = COALESCE(EXCLUDED.ownership_type, t.ownership_type),
+                environment                   = COALESCE(EXCLUDED.environment, t.environment),
+                updated_at                    = now()
+            WHERE (t.original_transaction_id, t.purchase_date, t.original_purchase_date, t.expires_date,
+                   t.cancellation_date, t.cancellation_reason, t.is_upgraded, t.is_trial_period,
+                   t.is_in_intro_offer_period, t.quantity, t.web_order_line_item_id, t.subscription_group_identifier,
+                   t.offer_code_ref_name, t.promotional_offer_id, t.ownership_type, t.environment)
+               IS DISTINCT FROM
+                  (COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
+                   COALESCE(EXCLUDED.purchase_date, t.purchase_date),
+                   COALESCE(EXCLUDED.original_purchase_date, t.original_purchase_date),
+                   COALESCE(EXCLUDED.expires_date, t.expires_date),
+                   COALESCE(EXCLUDED.cancellation_date, t.cancellation_date),
+                   COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason),
+                   COALESCE(EXCLUDED.is_upgraded, t.is_upgraded), COALESCE(EXCLUDED.is_trial_period, t.is_trial_period),
+                   COALESCE(EXCLUDED.is_in_intro_offer_period, t.is_in_intro_offer_period),
+                   COALESCE(EXCLUDED.quantity, t.quantity),
+                   COALESCE(EXCLUDED.web_order_line_item_id, t.web_order_line_item_id),
+                   COALESCE(EXCLUDED.subscription_group_identifier, t.subscription_group_identifier),
+                   COALESCE(EXCLUDED.offer_code_ref_name, t.offer_code_ref_name),
+                   COALESCE(EXCLUDED.promotional_offer_id, t.promotional_offer_id),
+                   COALESCE(EXCLUDED.ownership_type, t.ownership_type), COALESCE(EXCLUDED.environment, t.environment))
+            """)
+    }
+
+    func insertPlannedCorrections(runId: Int64, _ corrections: [Correction]) async throws {
+        guard !corrections.isEmpty else { return }
+        try await connection.execute("""
+            INSERT INTO iap.corrections (run_id, account_id, product_id, kind, reason, before, after, status)
+            SELECT \(runId), * , 'planned' FROM unnest(
+                \(PostgresTextArray(corrections.map(\.accountId)))::text[],
+                \(PostgresTextArray(corrections.map(\.productId)))::text[],
+                \(PostgresTextArray(corrections.map(\.kind.rawValue)))::text[],
+                \(PostgresTextArray(corrections.map(\.reason)))::text[],
+                \(PostgresTextArray(try corrections.map { try EntitlementJSON.encode($0.before) }))::jsonb[],
+                \(PostgresTextArray(try corrections.map { try EntitlementJSON.encode($0.after) }))::jsonb[])
+            """)
+    }
+
+    // MARK: - Applying planned corrections
+
+    /// What applying one batch did.
+    public struct ApplyResult: Sendable {
+        public var applied = 0
+        public var superseded = 0
+        /// The id to continue after; nil when nothing was left.
+        public var lastId: Int64?
+    }
+
+    /// Applies up to `limit` planned corrections of `runId` after `afterId`, in one transaction:
+    /// each entitlement change lands together with its correction's `applied_at`. A correction
+    /// whose entitlement changed since it was planned (its `before` no longer matches the row)
+    /// is marked `superseded` instead: the app server's newer write wins, and the next run decides.
+    public func applyPlanned(runId: Int64, afterId: Int64, limit: Int, now: Date) async throws -> ApplyResult {
+        try await connection.withTransaction { connection in
+            let planned = try await connection.query("""
+                SELECT id, account_id, product_id, before::text AS before, after::text AS after FROM iap.corrections
+                WHERE run_id = \(runId) AND status = 'planned' AND id > \(afterId)
+                ORDER BY id LIMIT \(limit) FOR UPDATE
+                """)
+            var result = ApplyResult()
+            guard let last = planned.last else { return result }
+            result.lastId = try last.decode("id")
+            let accounts = Array(Set(try planned.map { try $0.decode("account_id", as: String.self) }))
+            let current = try await connection.query("""
+                SELECT * FROM iap.entitlements WHERE account_id = ANY(\(accounts)) FOR UPDATE
+                """)
+            var stored: [String: Entitlement] = [:]
+            for row in current {
+                let entitlement = try Entitlement(row: row)
+                stored[entitlement.accountId + "\u{0}" + entitlement.productId] = entitlement
+            }
+            var apply: [(id: Int64, after: String)] = []
+            var superseded: [Int64] = []
+            for row in planned {
+                let id: Int64 = try row.decode("id")
+                let key = try row.decode("account_id", as: String.self) + "\u{0}" + row.decode("product_id", as: String.self)
+                let before = try EntitlementJSON.decode(try row.decode("before", as: String?.self))
+                if stored[key] == before {
+                    apply.append((id, try row.decode("after")))
+                    stored[key] = try EntitlementJSON.decode(try row.decode("after", as: String.self))
+                } else {
+                    superseded.append(id)
+                }
+            }
+            if !apply.isEmpty {
+                try await connection.execute("""
+                    INSERT INTO iap.entitlements AS e (
+                        account_id, product_id, original_transaction_id, latest_transaction_id, state, entitled,
+                        expires_at, grace_period_expires_at, auto_renew, auto_renew_product_id, environment,
+                        ownership_type, refunded_at, updated_at)
+                    SELECT r.account_id, r.product_id, r.original_transaction_id, r.latest_transaction_id, r.state,
+                           r.entitled, r.expires_at, r.grace_period_expires_at, r.auto_renew, r.auto_renew_product_id,
+                           r.environment, r.ownership_type, r.refunded_at, \(now)
+                    FROM unnest(\(PostgresTextArray(apply.map(\.after)))::jsonb[]) AS a(after),
+                         jsonb_populate_record(NULL::iap.entitlements, a.after) AS r
+                    ON CONFLICT (account_id, product_id) DO UPDATE SET
+                        original_transaction_id = EXCLUDED.original_transaction_id,
+                        latest_transaction_id   = EXCLUDED.latest_transaction_id,
+                        state                   = EXCLUDED.state,
+                        entitled                = EXCLUDED.entitled,
+                        expires_at              = EXCLUDED.expires_at,
+                        grace_period_expires_at = EXCLUDED.grace_period_expires_at,
+                        auto_renew              = EXCLUDED.auto_renew,
+                        auto_renew_product_id   = EXCLUDED.auto_renew_product_id,
+                        environment             = EXCLUDED.environment,
+                        ownership_type          = EXCLUDED.ownership_type,
+                        refunded_at             = EXCLUDED.refunded_at,
+                        updated_at              = EXCLUDED.updated_at
+                    """)
+                try await connection.execute("""
+                    UPDATE iap.corrections SET status = 'applied', applied_at = \(now)
+                    WHERE id = ANY(\(PostgresTextArray(apply.map { String($0.id) }))::bigint[])
+                    """)
+            }
+            if !superseded.isEmpty {
+                try await connection.execute("""
+                    UPDATE iap.corrections SET status = 'superseded'
+                    WHERE id = ANY(\(PostgresTextArray(superseded.map(String.init)))::bigint[])
+                    """)
+            }
+            result.applied = apply.count
+            result.superseded = superseded.count
+            return result
+        }
+    }
+}

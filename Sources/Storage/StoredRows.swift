@@ -1,0 +1,107 @@
+import AppStore
+import Foundation
+import Postgres
+import Reconciliation
+
+/// One row of `iap.app_receipts`, as the run reads it.
+public struct StoredReceipt: Sendable {
+    public var id: Int64
+    public var accountId: String
+    public var bundleId: String?
+    public var latestReceipt: String
+    public var environment: AppleEnvironment?
+    /// Failed attempts since the last answer.
+    public var attempts: Int
+    /// The row's `xmin` when read: a later write by the app server changes it, and then this
+    /// run neither replaces the blob nor marks the newer one verified.
+    public var rowVersion: String
+
+    public init(id: Int64, accountId: String, bundleId: String? = nil, latestReceipt: String,
+                environment: AppleEnvironment? = nil, attempts: Int = 0, rowVersion: String = "") {
+        self.id = id
+        self.accountId = accountId
+        self.bundleId = bundleId
+        self.latestReceipt = latestReceipt
+        self.environment = environment
+        self.attempts = attempts
+        self.rowVersion = rowVersion
+    }
+}
+
+/// What the run writes back to one receipt row.
+public struct ReceiptUpdate: Sendable {
+    public var id: Int64
+    public var rowVersion: String
+    public var environment: AppleEnvironment?
+    /// Set when Apple answered status 0 (or 21006 with a receipt).
+    public var verifiedAt: Date?
+    /// Apple's status in the final answer; nil when none came back.
+    public var status: Int?
+    public var nextAttemptAt: Date?
+    public var attempts: Int
+    public var outcome: String
+    /// Apple's fresher blob, when it differs and is valid base64.
+    public var latestReceipt: String?
+
+    public init(id: Int64, rowVersion: String, environment: AppleEnvironment?, verifiedAt: Date?, status: Int?,
+                nextAttemptAt: Date?, attempts: Int, outcome: String, latestReceipt: String?) {
+        self.id = id
+        self.rowVersion = rowVersion
+        self.environment = environment
+        self.verifiedAt = verifiedAt
+        self.status = status
+        self.nextAttemptAt = nextAttemptAt
+        self.attempts = attempts
+        self.outcome = outcome
+        self.latestReceipt = latestReceipt
+    }
+}
+
+/// One row for the ledger `iap.transactions`.
+public struct LedgerEntry: Sendable {
+    public var accountId: String
+    public var transaction: Transaction
+    public var environment: String
+
+    public init(accountId: String, transaction: Transaction, environment: String) {
+        self.accountId = accountId
+        self.transaction = transaction
+        self.environment = environment
+    }
+}
+
+/// Which accounts a run takes (contract section 2).
+public struct AccountSelection: Sendable {
+    public enum Kind: Sendable {
+        /// Receipts never verified or not since `staleAfter`, and not deferred into the future.
+        case due(staleAfter: TimeInterval)
+        /// A manual selection; empty lists mean "not restricted by this".
+        case backfill(accounts: [String], receiptIds: [Int64], since: Date?, until: Date?, products: [String], all: Bool)
+    }
+
+    public var kind: Kind
+    /// Only accounts whose hash falls in shard `index` of `count` (0-based).
+    public var shard: (index: Int, count: Int)?
+
+    public init(kind: Kind, shard: (index: Int, count: Int)? = nil) {
+        self.kind = kind
+        self.shard = shard
+    }
+}
+
+extension Entitlement {
+    /// Reads an `iap.entitlements` row.
+    init(row: PostgresRow) throws {
+        guard let state = EntitlementState(rawValue: try row.decode("state", as: String.self)) else {
+            throw PostgresError(code: .decoding, phase: .decode, message: "unknown entitlement state", column: "state")
+        }
+        self.init(
+            accountId: try row.decode("account_id"), productId: try row.decode("product_id"),
+            originalTransactionId: try row.decode("original_transaction_id"),
+            latestTransactionId: try row.decode("latest_transaction_id"), state: state,
+            expiresAt: try row.decode("expires_at"), gracePeriodExpiresAt: try row.decode("grace_period_expires_at"),
+            autoRenew: try row.decode("auto_renew"), autoRenewProductId: try row.decode("auto_renew_product_id"),
+            environment: try row.decode("environment"), ownershipType: try row.decode("ownership_type"),
+            refundedAt: try row.decode("refunded_at"))
+    }
+}
