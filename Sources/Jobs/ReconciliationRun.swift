@@ -208,7 +208,9 @@ public final class ReconciliationRun: Sendable {
                         try await writer.connection.withTransaction { _ in
                             try await writer.writeBatch(
                                 runId: summary.runId, receipts: batch.flatMap(\.receiptUpdates), ledger: batch.flatMap(\.ledger),
-                                corrections: batch.flatMap(\.corrections), isDryRun: options.isDryRun)
+                                corrections: batch.flatMap(\.corrections),
+                                verifiedAccounts: batch.filter { $0.counts.outcome == .verified }.map(\.accountId),
+                                isDryRun: options.isDryRun)
                             try await writer.updateRun(next)
                         }
                         try report.appendFailures(batch.flatMap(\.failures))

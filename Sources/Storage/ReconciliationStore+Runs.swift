@@ -12,30 +12,35 @@ extension ReconciliationStore {
         return try rows[0].decode("id")
     }
 
-    /// Runs left `running` by a process that died (the caller holds the lock, so no live process
-    /// owns them) are marked `interrupted`; their planned corrections move to `runId`, so the
-    /// work they committed is applied rather than redone. Returns how many corrections moved and
-    /// how many accounts those runs had processed.
+    /// Takes over the planned corrections of earlier runs of the same shard (the caller holds the
+    /// lock, so no live process owns them): runs left `running` by a process that died are marked
+    /// `interrupted`, so the work they committed is applied rather than redone; runs `aborted` by
+    /// the safety limit hand over their plan, which this run applies only if it passes the limit
+    /// (after an operator raised it, say). A re-verified account's fresh plan supersedes the old one.
+    /// Returns how many corrections moved and how many accounts those runs had processed.
     public func adoptInterruptedRuns(runId: Int64, shard: String?, now: Date) async throws -> (corrections: Int, accounts: Int) {
         try await connection.withTransaction { connection in
-            let dead = try await connection.query("""
+            try await connection.execute("""
                 UPDATE iap.reconciliation_runs
                 SET status = 'interrupted', finished_at = COALESCE(finished_at, \(now)),
                     error = COALESCE(error, 'the process ended before the run finished; a later run took over its planned corrections')
-                WHERE status = 'running' AND id <> \(runId) AND (\(shard)::text IS NULL OR shard = \(shard))
-                RETURNING id, dry_run
+                WHERE status = 'running' AND id <> \(runId) AND shard IS NOT DISTINCT FROM \(shard)
                 """)
-            let adoptable = try dead.filter { try !$0.decode("dry_run", as: Bool.self) }.map { try $0.decode("id", as: Int64.self) }
-            guard !adoptable.isEmpty else { return (0, 0) }
-            let ids = PostgresTextArray(adoptable.map(String.init))
+            let candidates = try await connection.query("""
+                SELECT r.id, r.accounts_processed FROM iap.reconciliation_runs r
+                WHERE r.id <> \(runId) AND NOT r.dry_run AND r.status IN ('interrupted', 'aborted')
+                  AND r.shard IS NOT DISTINCT FROM \(shard)
+                  AND EXISTS (SELECT 1 FROM iap.corrections c WHERE c.run_id = r.id AND c.status = 'planned')
+                """)
+            guard !candidates.isEmpty else { return (0, 0) }
+            let adopted: [Int64] = try candidates.map { try $0.decode("id") }
+            let accounts = try candidates.reduce(0) { $0 + (try $1.decode("accounts_processed", as: Int.self)) }
+            let ids = PostgresTextArray(adopted.map(String.init))
             let moved = try await connection.execute("""
                 UPDATE iap.corrections SET run_id = \(runId) WHERE run_id = ANY(\(ids)::bigint[]) AND status = 'planned'
                 """)
             try await connection.execute("UPDATE iap.reconciliation_runs SET adopted_from = \(ids)::bigint[] WHERE id = \(runId)")
-            let accounts = try await connection.query("""
-                SELECT COALESCE(sum(accounts_processed), 0)::bigint AS n FROM iap.reconciliation_runs WHERE id = ANY(\(ids)::bigint[])
-                """)
-            return (moved, try accounts[0].decode("n"))
+            return (moved, accounts)
         }
     }
 

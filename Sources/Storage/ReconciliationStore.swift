@@ -103,12 +103,21 @@ public struct ReconciliationStore: Sendable {
 
     /// Writes one batch in the caller's transaction: receipt statuses, the ledger and the planned
     /// corrections. In a dry run only the planned corrections are written.
+    /// `verifiedAccounts` are the batch's accounts whose receipts all verified: their fresh plan
+    /// replaces any older plan this run took over.
     public func writeBatch(
-        runId: Int64, receipts: [ReceiptUpdate], ledger: [LedgerEntry], corrections: [Correction], isDryRun: Bool
+        runId: Int64, receipts: [ReceiptUpdate], ledger: [LedgerEntry], corrections: [Correction], verifiedAccounts: [String],
+        isDryRun: Bool
     ) async throws {
         if !isDryRun {
             try await updateReceipts(runId: runId, receipts)
             try await upsertLedger(ledger)
+            if !verifiedAccounts.isEmpty {
+                try await connection.execute("""
+                    UPDATE iap.corrections SET status = 'superseded'
+                    WHERE run_id = \(runId) AND status = 'planned' AND account_id = ANY(\(verifiedAccounts))
+                    """)
+            }
         }
         try await insertPlannedCorrections(runId: runId, corrections)
     }

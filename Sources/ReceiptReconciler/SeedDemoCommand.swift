@@ -1,0 +1,249 @@
+import AppleSimulator
+import ArgumentParser
+import Foundation
+import Postgres
+
+struct SeedDemoCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "seed-demo",
+        abstract: "Fills an empty database with sample accounts whose receipts simulate-apple understands (for the demo and the benchmark).",
+        discussion: """
+            Every account gets synthetic receipts (base64 of "simulated-receipt:" + a spec) and, for most, the \
+            entitlement rows an app server would have stored, some of them stale on purpose, so a run has \
+            something to correct. The demo profile covers every state (renewed, expired, refunded, upgraded, \
+            grace period, billing retry, family sharing, lifetime, consumable, non-renewing, sandbox, Apple \
+            failures, a malformed blob); the bench profile gives every account a subscription of 1-24 renewals.
+            Refuses a database that already has receipts.
+            """
+    )
+
+    enum Profile: String, ExpressibleByArgument, CaseIterable {
+        case demo, bench
+    }
+
+    @OptionGroup var database: DatabaseOptions
+
+    @Option(help: "How many accounts.")
+    var accounts = 300
+
+    @Option(help: "demo (every state) or bench (subscriptions of 1-24 renewals).")
+    var profile: Profile = .demo
+
+    @Option(help: "Seed of the random choices, for a repeatable world.")
+    var seed: UInt64 = 42
+
+    func run() async throws {
+        let connection = try await PostgresConnection.connect(try database.connectionString())
+        let existing = try await connection.query("SELECT EXISTS (SELECT 1 FROM iap.app_receipts) AS any")
+        guard try !existing[0].decode("any", as: Bool.self) else {
+            throw ValidationError("iap.app_receipts already has rows: seed-demo only fills an empty database")
+        }
+        let world = DemoWorld(profile: profile, seed: seed, now: Date())
+        try await connection.withTransaction { connection in
+            try await connection.copy(into: "iap.products", columns: ["product_id", "type", "duration", "entitlement", "price", "currency"],
+                                      rows: DemoWorld.catalog)
+            var receipts: [[PostgresBind]] = []
+            var entitlements: [[PostgresBind]] = []
+            for index in 0..<accounts {
+                let account = world.account(index)
+                receipts += account.receipts
+                entitlements += account.entitlements
+                if receipts.count >= 10_000 {
+                    try await connection.copy(into: "iap.app_receipts", columns: DemoWorld.receiptColumns, rows: receipts)
+                    receipts.removeAll(keepingCapacity: true)
+                }
+                if entitlements.count >= 10_000 {
+                    try await connection.copy(into: "iap.entitlements", columns: DemoWorld.entitlementColumns, rows: entitlements)
+                    entitlements.removeAll(keepingCapacity: true)
+                }
+            }
+            try await connection.copy(into: "iap.app_receipts", columns: DemoWorld.receiptColumns, rows: receipts)
+            try await connection.copy(into: "iap.entitlements", columns: DemoWorld.entitlementColumns, rows: entitlements)
+        }
+        await connection.close()
+        print("Seeded \(accounts) accounts (\(profile.rawValue) profile).")
+    }
+}
+
+/// The sample world: deterministic for a seed, relative to `now`.
+struct DemoWorld {
+    let profile: SeedDemoCommand.Profile
+    let seed: UInt64
+    let now: Date
+
+    static let receiptColumns = ["account_id", "bundle_id", "latest_receipt"]
+    static let entitlementColumns = [
+        "account_id", "product_id", "original_transaction_id", "latest_transaction_id", "state", "entitled", "expires_at",
+        "auto_renew", "auto_renew_product_id", "environment", "ownership_type", "updated_at",
+    ]
+    static let monthMs: Int64 = 30 * 86_400_000
+
+    static let catalog: [[PostgresBind]] = [
+        ["pro.monthly", "auto_renewable", nil, "pro", "9.99", "USD"],
+        ["pro.yearly", "auto_renewable", nil, "pro", "79.99", "USD"],
+        ["lifetime", "non_consumable", nil, "pro", "149.00", "USD"],
+        ["coins.100", "consumable", nil, nil, "0.99", "USD"],
+        ["season.pass", "non_renewing", "1 mon", "pro", "4.99", "EUR"],
+    ].map { row in
+        row.enumerated().map { index, value -> PostgresBind in
+            guard let value else { return .null }
+            return index == 2 ? PostgresBind(type: .interval, text: value) : PostgresBind(value)
+        }
+    }
+
+    struct Account {
+        var receipts: [[PostgresBind]] = []
+        var entitlements: [[PostgresBind]] = []
+    }
+
+    /// The states of the demo profile, one per account in turn.
+    enum Kind: CaseIterable {
+        case renewedStoredStale, unchanged, newPurchase, expiredStoredActive, refunded, upgraded, gracePeriod,
+             billingRetry, familyShared, lifetime, consumables, seasonPass, sandbox, appleBusy, appleFailure,
+             malformedBlob, twoReceipts, renewedAgain, autoRenewOff, unchangedYearly
+    }
+
+    /// Every kind once, then the kinds that revoke nothing again, so revokes stay under the
+    /// default 10% safety limit and the demo run applies its corrections.
+    static let schedule: [Kind] = Kind.allCases + Kind.allCases.filter {
+        ![.expiredStoredActive, .refunded, .upgraded].contains($0)
+    }
+
+    func account(_ index: Int) -> Account {
+        var generator = SplitMix64(seed: seed &+ UInt64(index) &* 0x9E37_79B9_7F4A_7C15)
+        let accountId = String(format: "acct-%07d", index)
+        let original = String(2_000_000_000_000 + index * 1000)
+        let nowMs = Int64(now.timeIntervalSince1970 * 1000)
+        var account = Account()
+
+        func receipt(_ spec: [String: Any]) {
+            let json = (try? JSONSerialization.data(withJSONObject: spec, options: [.sortedKeys])) ?? Data()
+            let blob = (Data(AppleSimulator.syntheticPrefix.utf8) + json).base64EncodedString()
+            account.receipts.append([PostgresBind(accountId), PostgresBind("com.example.app"), PostgresBind(blob)])
+        }
+        func stored(_ product: String, _ state: String, expiresMs: Int64?, latest: String? = nil, environment: String = "Production") {
+            let entitled = state == "active" || state == "grace_period"
+            account.entitlements.append([
+                PostgresBind(accountId), PostgresBind(product), PostgresBind(original), PostgresBind(latest ?? original),
+                PostgresBind(state), PostgresBind(entitled),
+                expiresMs.map { PostgresBind(Date(timeIntervalSince1970: Double($0) / 1000)) } ?? .null,
+                expiresMs == nil ? .null : PostgresBind(true), expiresMs == nil ? .null : PostgresBind(product), PostgresBind(environment),
+                PostgresBind("PURCHASED"), PostgresBind(now),
+            ])
+        }
+        func subscription(renewals: Int, endingInDays days: Double, product: String = "pro.monthly", extra: [String: Any] = [:]) -> [String: Any] {
+            let end = nowMs + Int64(days * 86_400_000)
+            var spec: [String: Any] = [
+                "product_id": product, "original_transaction_id": original, "renewals": renewals,
+                "start_ms": end - Int64(renewals) * Self.monthMs, "period_ms": Self.monthMs,
+            ]
+            spec.merge(extra) { $1 }
+            return spec
+        }
+        func renewalId(_ renewals: Int) -> String { renewals == 1 ? original : original + String(format: "%03d", renewals - 1) }
+
+        if profile == .bench {
+            let renewals = Int.random(in: 1...24, using: &generator)
+            let days = Double.random(in: -20...25, using: &generator)
+            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: days)]]])
+            // Half the accounts are stored as the answer says, half one period behind.
+            let end = nowMs + Int64(days * 86_400_000)
+            if index % 2 == 0 {
+                stored("pro.monthly", end > nowMs ? "active" : "expired", expiresMs: end, latest: renewalId(renewals))
+            } else {
+                stored("pro.monthly", "active", expiresMs: end - Self.monthMs)
+            }
+            return account
+        }
+
+        let kind = Self.schedule[index % Self.schedule.count]
+        let renewals = Int.random(in: 1...12, using: &generator)
+        switch kind {
+        case .renewedStoredStale:
+            receipt(["generate": ["subscriptions": [subscription(renewals: renewals + 1, endingInDays: 20)]]])
+            stored("pro.monthly", "active", expiresMs: nowMs + 20 * 86_400_000 - Self.monthMs)
+        case .unchanged, .unchangedYearly:
+            let product = kind == .unchanged ? "pro.monthly" : "pro.yearly"
+            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 12, product: product)]]])
+            stored(product, "active", expiresMs: nowMs + 12 * 86_400_000, latest: renewalId(renewals))
+        case .newPurchase:
+            receipt(["generate": ["subscriptions": [subscription(renewals: 1, endingInDays: 29)]]])
+        case .expiredStoredActive:
+            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: -3, extra: ["auto_renew": false, "expiration_intent": 1])]]])
+            stored("pro.monthly", "active", expiresMs: nowMs - 3 * 86_400_000 + Self.monthMs)
+        case .refunded:
+            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 15, extra: [
+                "cancel": ["at_ms": nowMs - 2 * 86_400_000, "reason": 1], "auto_renew": false,
+            ])]]])
+            stored("pro.monthly", "active", expiresMs: nowMs + 15 * 86_400_000, latest: renewalId(renewals))
+        case .upgraded:
+            let monthly = subscription(renewals: renewals, endingInDays: 10, extra: [
+                "cancel": ["at_ms": nowMs - 86_400_000, "reason": 0, "upgraded": true], "auto_renew_product_id": "pro.yearly",
+            ])
+            var yearly = subscription(renewals: 1, endingInDays: 364, product: "pro.yearly")
+            yearly["original_transaction_id"] = original + "9"
+            yearly["period_ms"] = 365 * 86_400_000
+            yearly["start_ms"] = nowMs - 86_400_000
+            receipt(["generate": ["subscriptions": [monthly, yearly]]])
+            stored("pro.monthly", "active", expiresMs: nowMs + 10 * 86_400_000, latest: renewalId(renewals))
+        case .gracePeriod:
+            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: -1, extra: [
+                "grace_until_ms": nowMs + 5 * 86_400_000, "billing_retry": true, "expiration_intent": 2,
+            ])]]])
+            stored("pro.monthly", "active", expiresMs: nowMs - 86_400_000, latest: renewalId(renewals))
+        case .billingRetry:
+            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: -10, extra: [
+                "billing_retry": true, "expiration_intent": 2,
+            ])]]])
+            stored("pro.monthly", "billing_retry", expiresMs: nowMs - 40 * 86_400_000)
+        case .familyShared:
+            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 8, extra: ["ownership": "FAMILY_SHARED"])]]])
+        case .lifetime:
+            receipt(["generate": ["purchases": [["product_id": "lifetime", "transaction_id": original, "purchase_ms": nowMs - 400 * 86_400_000]]]])
+            stored("lifetime", "active", expiresMs: nil)
+        case .consumables:
+            receipt(["generate": ["purchases": [
+                ["product_id": "coins.100", "transaction_id": original, "purchase_ms": nowMs - 5 * 86_400_000],
+                ["product_id": "coins.100", "transaction_id": original + "1", "purchase_ms": nowMs - 86_400_000, "quantity": 3],
+            ]]])
+        case .seasonPass:
+            receipt(["generate": ["purchases": [["product_id": "season.pass", "transaction_id": original, "purchase_ms": nowMs - 10 * 86_400_000]]]])
+        case .sandbox:
+            receipt(["environment": "Sandbox", "generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 2)]]])
+        case .appleBusy:
+            receipt(["faults": [["status": 21199, "is_retryable": true]], "repeat_faults": true,
+                     "generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 20)]]])
+            stored("pro.monthly", "active", expiresMs: nowMs + 20 * 86_400_000 - Self.monthMs)
+        case .appleFailure:
+            receipt(["faults": [["status": 21010, "is_retryable": false]], "repeat_faults": true])
+            stored("pro.monthly", "active", expiresMs: nowMs + 5 * 86_400_000)
+        case .malformedBlob:
+            account.receipts.append([PostgresBind(accountId), PostgresBind("com.example.app"), PostgresBind("not a receipt!")])
+            stored("lifetime", "active", expiresMs: nil)
+        case .twoReceipts:
+            receipt(["generate": ["purchases": [["product_id": "lifetime", "transaction_id": original, "purchase_ms": nowMs - 90 * 86_400_000]]]])
+            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 6)]]])
+        case .renewedAgain:
+            receipt(["generate": ["subscriptions": [subscription(renewals: renewals + 1, endingInDays: 27)]]])
+            stored("pro.monthly", "expired", expiresMs: nowMs - 3 * 86_400_000)
+        case .autoRenewOff:
+            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 9, extra: ["auto_renew": false])]]])
+            stored("pro.monthly", "active", expiresMs: nowMs + 9 * 86_400_000, latest: renewalId(renewals))
+        }
+        return account
+    }
+}
+
+/// A small, fast, seedable generator (Steele, Lea and Flood's SplitMix64).
+struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

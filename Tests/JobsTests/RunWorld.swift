@@ -1,0 +1,138 @@
+import AppStore
+import Foundation
+import Jobs
+import Logging
+import Postgres
+import Reconciliation
+import SchemaMigrations
+import Storage
+import TestSupport
+
+/// A migrated database of its own, the simulator, and helpers to build accounts with known truth.
+final class RunWorld: @unchecked Sendable {
+    // Set up once in `make`, then only read.
+    let database: TestDatabase
+    let connection: PostgresConnection
+    let simulator: SimulatorProcess
+    let secret = "world-secret"
+    let now = Date()
+    let reportRoot = FileManager.default.temporaryDirectory.appending(path: "rr-reports-\(UUID().uuidString)")
+
+    private init(database: TestDatabase, connection: PostgresConnection, simulator: SimulatorProcess) {
+        self.database = database
+        self.connection = connection
+        self.simulator = simulator
+    }
+
+    static func make(_ label: String, scenario: [String: Any] = [:]) async throws -> RunWorld {
+        let database = try await TestDatabase.create(label)
+        let connection = try await database.connect()
+        try await Migrator(logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })).migrate(connection)
+        var scenario = scenario
+        scenario["shared_secret"] = "world-secret"
+        return RunWorld(database: database, connection: connection, simulator: try SimulatorProcess(scenario: scenario))
+    }
+
+    func tearDown() async {
+        simulator.stop()
+        await connection.close()
+        try? await database.drop()
+        try? FileManager.default.removeItem(at: reportRoot)
+    }
+
+    var dayMs: Int64 { 86_400_000 }
+    var nowMs: Int64 { Int64(now.timeIntervalSince1970 * 1000) }
+
+    /// A subscription spec for the simulator whose last period ends `endDays` from now.
+    func subscription(original: String, renewals: Int = 3, endDays: Double, product: String = "pro.monthly",
+                      extra: [String: Any] = [:]) -> [String: Any] {
+        let end = nowMs + Int64(endDays * 86_400_000)
+        var spec: [String: Any] = ["product_id": product, "original_transaction_id": original, "renewals": renewals,
+                                   "start_ms": end - Int64(renewals) * 30 * dayMs, "period_ms": 30 * dayMs]
+        spec.merge(extra) { $1 }
+        return spec
+    }
+
+    func expiry(endDays: Double) -> Date {
+        Date(timeIntervalSince1970: Double(nowMs + Int64(endDays * 86_400_000)) / 1000)
+    }
+
+    @discardableResult
+    func addReceipt(_ account: String, _ blob: String) async throws -> Int64 {
+        try await connection.query("""
+            INSERT INTO iap.app_receipts (account_id, bundle_id, latest_receipt) VALUES (\(account), 'com.example', \(blob)) RETURNING id
+            """)[0].decode("id")
+    }
+
+    func addReceipt(_ account: String, spec: [String: Any]) async throws {
+        try await addReceipt(account, syntheticReceipt(spec))
+    }
+
+    func store(_ entitlement: Entitlement) async throws {
+        try await connection.execute("""
+            INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, latest_transaction_id, state, entitled,
+                expires_at, auto_renew, auto_renew_product_id, environment, ownership_type, refunded_at, updated_at)
+            VALUES (\(entitlement.accountId), \(entitlement.productId), \(entitlement.originalTransactionId),
+                    \(entitlement.latestTransactionId), \(entitlement.state.rawValue), \(entitlement.entitled), \(entitlement.expiresAt),
+                    \(entitlement.autoRenew), \(entitlement.autoRenewProductId), \(entitlement.environment),
+                    \(entitlement.ownershipType), \(entitlement.refundedAt), now())
+            """)
+    }
+
+    func options(kind: String = "nightly", selection: AccountSelection.Kind = .due(staleAfter: 20 * 3600),
+                 dryRun: Bool = false) -> RunOptions {
+        var options = RunOptions(kind: kind, selection: AccountSelection(kind: selection))
+        options.isDryRun = dryRun
+        options.concurrency = 16
+        options.policy = VerificationPolicy(maximumAttempts: 2, backoff: Backoff(base: .milliseconds(5), maximum: .milliseconds(10)))
+        options.reportDirectory = reportRoot.appending(path: UUID().uuidString)
+        options.pageSize = 7  // several pages even in small worlds
+        options.batchSize = 5
+        return options
+    }
+
+    func run(_ options: RunOptions) async throws -> (summary: RunSummary, ending: ReconciliationRun.Ending) {
+        let connections = ReconciliationRun.Connections(
+            lock: try await database.connect(), reader: try await database.connect(), writer: try await database.connect())
+        let client = VerifyReceiptClient(
+            endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: secret,
+            policy: options.policy, concurrency: options.concurrency)
+        defer { client.shutdown() }
+        let run = ReconciliationRun(options: options, connections: connections, client: client,
+                                    logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        let result = try await run.run()
+        await connections.lock.close()
+        await connections.reader.close()
+        await connections.writer.close()
+        return result
+    }
+
+    func entitlements() async throws -> [String: Entitlement] {
+        var result: [String: Entitlement] = [:]
+        for row in try await connection.query("SELECT * FROM iap.entitlements") {
+            let account: String = try row.decode("account_id")
+            let product: String = try row.decode("product_id")
+            let state = EntitlementState(rawValue: try row.decode("state"))!
+            result["\(account)/\(product)"] = Entitlement(
+                accountId: account, productId: product, originalTransactionId: try row.decode("original_transaction_id"),
+                latestTransactionId: try row.decode("latest_transaction_id"), state: state, expiresAt: try row.decode("expires_at"),
+                gracePeriodExpiresAt: try row.decode("grace_period_expires_at"), autoRenew: try row.decode("auto_renew"),
+                autoRenewProductId: try row.decode("auto_renew_product_id"), environment: try row.decode("environment"),
+                ownershipType: try row.decode("ownership_type"), refundedAt: try row.decode("refunded_at"))
+        }
+        return result
+    }
+
+    /// Correction kinds by account for one run, sorted.
+    func corrections(run: Int64) async throws -> [String: [String]] {
+        var result: [String: [String]] = [:]
+        for row in try await connection.query("SELECT account_id, kind FROM iap.corrections WHERE run_id = \(run) ORDER BY kind") {
+            result[try row.decode("account_id"), default: []].append(try row.decode("kind"))
+        }
+        return result
+    }
+
+    func count(_ sql: String) async throws -> Int {
+        try await connection.query(PostgresQuery(unsafeSQL: sql))[0].decode(at: 0)
+    }
+}
