@@ -239,6 +239,23 @@ import TestSupport
         #expect(after["connections"] ?? .max <= 202, "\(after)")  // 200, plus one for each statistics request
     }
 
+    @Test func rateLimitSpacesRequests() async throws {
+        let simulator = try SimulatorProcess(scenario: Self.scenario(["paced": ["generate": Self.answer]]))
+        let client = VerifyReceiptClient(
+            endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: Self.secret,
+            policy: Self.fastPolicy, concurrency: 50, requestsPerSecond: 20)
+        defer { client.shutdown() }
+        let started = ContinuousClock.now
+        let outcomes = await withTaskGroup(of: String.self) { group in
+            for _ in 0..<21 { group.addTask { await client.verify(receipt: receiptBlob("paced")).name } }
+            return await group.reduce(into: [String]()) { $0.append($1) }
+        }
+        let elapsed = ContinuousClock.now - started
+        #expect(outcomes.allSatisfy { $0 == "verified" })
+        // 21 requests at 20 per second: the last may start only a second after the first.
+        #expect(elapsed >= .milliseconds(950), "21 requests took \(elapsed)")
+    }
+
     @Test func manyCallersShareFewConnections() async throws {
         let simulator = try SimulatorProcess(scenario: Self.scenario(["few": ["generate": Self.answer]], latency: 20))
         let client = Self.client(simulator, concurrency: 200, connections: 8)
