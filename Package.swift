@@ -54,6 +54,10 @@ let package = Package(
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport"]),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "HTTP", "TestSupport"]),
         .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStore", "TestSupport"]),
-        .testTarget(name: "JobsTests", dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "Reconciliation", "Postgres", "TestSupport", logging]),
+        .testTarget(
+            name: "JobsTests",
+            dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "Reconciliation", "Postgres", "TestSupport", logging],
+            exclude: ["Golden"]
+        ),
     ]
 )

@@ -33,6 +33,8 @@ public final class VerifyReceiptClient: Sendable {
     private let policy: VerificationPolicy
     private let limiter: ConcurrencyLimiter
     private let rateLimiter: RateLimiter?
+    /// Shared by all receipts: a storm of transient failures pauses everyone.
+    public let stormGate: StormGate
     private let logger: Logger
 
     /// - Parameters:
@@ -41,8 +43,9 @@ public final class VerifyReceiptClient: Sendable {
     public init(
         endpoints: Endpoints, sharedSecret: String?, policy: VerificationPolicy = VerificationPolicy(),
         concurrency: Int = 64, requestsPerSecond: Double? = nil, maximumConnectionsPerHost: Int? = nil,
-        logger: Logger = Logger(label: "receipt-reconciler.apple")
+        stormGate: StormGate = StormGate(), logger: Logger = Logger(label: "receipt-reconciler.apple")
     ) {
+        self.stormGate = stormGate
         http = HTTPClient(configuration: .init(maximumConnectionsPerHost: maximumConnectionsPerHost ?? concurrency))
         self.endpoints = endpoints
         self.sharedSecret = sharedSecret
@@ -144,7 +147,18 @@ public final class VerifyReceiptClient: Sendable {
 
     /// One HTTP exchange with one host, classified.
     private func exchange(_ body: [UInt8], environment: AppleEnvironment, outcome: inout VerificationOutcome) async -> Verdict {
+        await stormGate.waitIfPaused()
         if let rateLimiter { await rateLimiter.acquire() }
+        let verdict = await classifiedExchange(body, environment: environment, outcome: &outcome)
+        if case .retry = verdict {
+            stormGate.record(transientFailure: true)
+        } else {
+            stormGate.record(transientFailure: false)
+        }
+        return verdict
+    }
+
+    private func classifiedExchange(_ body: [UInt8], environment: AppleEnvironment, outcome: inout VerificationOutcome) async -> Verdict {
         outcome.requests += 1
         outcome.endpoints.append(environment)
         let request = HTTPRequest(

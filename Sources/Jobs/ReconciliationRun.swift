@@ -116,6 +116,7 @@ public final class ReconciliationRun: Sendable {
             summary.finishedAt = Date()
             try? await writer.updateRun(summary)
             try? await report.finish(summary: summary, store: writer)
+            try? writeMetrics(summary)
             throw error
         }
 
@@ -146,6 +147,7 @@ public final class ReconciliationRun: Sendable {
             }
         }
 
+        summary.appleStormPauses = client.stormGate.pauses
         switch ending {
         case .completed: summary.status = "completed"
         case .interrupted: summary.status = "interrupted"
@@ -157,12 +159,19 @@ public final class ReconciliationRun: Sendable {
         summary.finishedAt = Date()
         try await writer.updateRun(summary)
         try await report.finish(summary: summary, store: writer)
+        try writeMetrics(summary)
         logger.info("run.finished", metadata: [
             "run.status": "\(summary.status)", "accounts": "\(summary.accountsProcessed)",
             "corrections": "\(summary.totalCorrections)", "applied": "\(summary.correctionsApplied)",
             "apple.requests": "\(summary.appleRequests)",
         ])
         return (summary, ending)
+    }
+
+    private func writeMetrics(_ summary: RunSummary) throws {
+        guard let file = options.metricsFile else { return }
+        let previous = try? String(contentsOf: file, encoding: .utf8)
+        try RunReportWriter.write(RunReport.metrics(summary, previous: previous), to: file)
     }
 
     // MARK: - Phase 1: verify and plan
@@ -191,12 +200,14 @@ public final class ReconciliationRun: Sendable {
         let pendingBatches = ConcurrencyLimiter(limit: 2)
         let window = max(options.concurrency * 2, 16)
         let diff = EntitlementDiff(expiryLag: options.expiryLag)
+        // The total is only worth a query for a person watching a terminal.
+        let total = ProgressReporter.isTerminal ? try? await reader.countAccounts(selection: options.selection, now: now) : nil
 
         return try await withThrowingTaskGroup(of: RunSummary.self) { group in
             // The writer: one transaction per batch, counts included, then the failures file.
+            let progress = ProgressReporter(interval: options.progressInterval, total: total, logger: logger)
             group.addTask { [options] in
                 var summary = summary
-                var lastProgress = ContinuousClock.now
                 var failure: (any Error)?
                 for await batch in batches.stream {
                     // Keep draining after a failure, so the producer is never left waiting.
@@ -220,14 +231,9 @@ public final class ReconciliationRun: Sendable {
                         continue
                     }
                     summary = next
-                    if ContinuousClock.now - lastProgress > .seconds(10) {
-                        lastProgress = ContinuousClock.now
-                        logger.info("run.progress", metadata: [
-                            "accounts": "\(summary.accountsProcessed)", "corrections": "\(summary.totalCorrections)",
-                            "apple.requests": "\(summary.appleRequests)",
-                        ])
-                    }
+                    progress.report(summary)
                 }
+                progress.finish()
                 if let failure { throw failure }
                 return summary
             }

@@ -26,6 +26,10 @@ public struct RunOptions: Sendable {
     /// Failed (final) receipts are tried again after this long.
     public var failedRetryAfter: TimeInterval = 20 * 3600
     public var reportDirectory: URL?
+    /// Prometheus text file written at the end of the run.
+    public var metricsFile: URL?
+    /// A progress line on the terminal (when stderr is one), else a log line every `progressInterval`.
+    public var progressInterval: Duration = .seconds(10)
 
     public init(kind: String, selection: AccountSelection) {
         self.kind = kind

@@ -89,7 +89,7 @@ public enum RunReport {
             - Sandbox grants: \(summary.sandboxGrants)
             - Revokes held for the expiry lag: \(summary.heldRevokes)
             - Taken over from interrupted runs: \(summary.correctionsAdopted)
-            - Apple requests: \(summary.appleRequests)
+            - Apple requests: \(summary.appleRequests); pauses for a storm of transient failures: \(summary.appleStormPauses)
             - Fresher receipts from Apple stored: \(summary.latestReceiptsStored); placeholders ignored: \(summary.latestReceiptsIgnored)
 
             """
@@ -102,7 +102,62 @@ public enum RunReport {
         return text
     }
 
-    static func correctionFields(_ record: CorrectionRecord) -> [String?] {
+    /// The run as Prometheus text (for node_exporter's textfile collector). The last success
+    /// time is carried over from `previous` (the file as it was) when this run did not complete.
+    public static func metrics(_ summary: RunSummary, previous: String?) -> String {
+        let kind = "kind=\"\(summary.kind)\""
+        let finished = (summary.finishedAt ?? Date()).timeIntervalSince1970
+        var lastSuccess: String?
+        if summary.status == "completed" {
+            lastSuccess = String(format: "%.3f", finished)
+        } else if let previous {
+            lastSuccess = previous.split(separator: "\n").first { $0.hasPrefix("receipt_reconciler_last_success_timestamp_seconds{\(kind)}") }
+                .flatMap { $0.split(separator: " ").last.map(String.init) }
+        }
+        var lines = [
+            "# HELP receipt_reconciler_last_run_timestamp_seconds When the last run finished.",
+            "# TYPE receipt_reconciler_last_run_timestamp_seconds gauge",
+            "receipt_reconciler_last_run_timestamp_seconds{\(kind)} \(String(format: "%.3f", finished))",
+            "# HELP receipt_reconciler_last_success_timestamp_seconds When the last completed run finished.",
+            "# TYPE receipt_reconciler_last_success_timestamp_seconds gauge",
+        ]
+        if let lastSuccess { lines.append("receipt_reconciler_last_success_timestamp_seconds{\(kind)} \(lastSuccess)") }
+        lines += [
+            "# HELP receipt_reconciler_last_run_status The last run's status (1 for the status it ended in).",
+            "# TYPE receipt_reconciler_last_run_status gauge",
+        ]
+        for status in ["completed", "failed", "interrupted", "aborted"] {
+            lines.append("receipt_reconciler_last_run_status{\(kind),status=\"\(status)\"} \(summary.status == status ? 1 : 0)")
+        }
+        lines += [
+            "# HELP receipt_reconciler_last_run_duration_seconds How long the last run took.",
+            "# TYPE receipt_reconciler_last_run_duration_seconds gauge",
+            "receipt_reconciler_last_run_duration_seconds{\(kind)} \(String(format: "%.3f", finished - summary.startedAt.timeIntervalSince1970))",
+            "# HELP receipt_reconciler_last_run_accounts Accounts of the last run by outcome.",
+            "# TYPE receipt_reconciler_last_run_accounts gauge",
+        ]
+        let outcomes = [("verified", summary.accountsVerified), ("unchanged", summary.accountsUnchanged),
+                        ("corrected", summary.accountsCorrected), ("deferred", summary.accountsDeferred),
+                        ("failed", summary.accountsFailed), ("invalid_receipt", summary.accountsInvalidReceipt)]
+        for (outcome, count) in outcomes {
+            lines.append("receipt_reconciler_last_run_accounts{\(kind),outcome=\"\(outcome)\"} \(count)")
+        }
+        lines += [
+            "# HELP receipt_reconciler_last_run_corrections Corrections of the last run by kind.",
+            "# TYPE receipt_reconciler_last_run_corrections gauge",
+        ]
+        for kind in Correction.Kind.allCases {
+            lines.append("receipt_reconciler_last_run_corrections{kind=\"\(summary.kind)\",correction=\"\(kind.rawValue)\"} \(summary.corrections[kind.rawValue] ?? 0)")
+        }
+        lines += [
+            "# HELP receipt_reconciler_last_run_apple_requests Requests sent to Apple in the last run.",
+            "# TYPE receipt_reconciler_last_run_apple_requests gauge",
+            "receipt_reconciler_last_run_apple_requests{\(kind)} \(summary.appleRequests)",
+        ]
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    public static func correctionFields(_ record: CorrectionRecord) -> [String?] {
         [String(record.id), record.accountId, record.productId, record.kind, record.reason, record.status,
          record.appliedAt.map(ReportDate.timestamp), record.beforeState, record.afterState, record.beforeExpiresAt,
          record.afterExpiresAt, record.environment]

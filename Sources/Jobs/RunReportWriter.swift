@@ -121,6 +121,8 @@ public final class RunReportWriter: @unchecked Sendable {
     }
 }
 
+/// A report or export file could not be written (full disk, no permission): says which file.
 public struct ReportError: Error, CustomStringConvertible {
     public var description: String
+    public init(description: String) { self.description = description }
 }

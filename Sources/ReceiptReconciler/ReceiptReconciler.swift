@@ -14,6 +14,10 @@ struct ReceiptReconciler: AsyncParsableCommand {
             2 bad usage or configuration (including a shared secret Apple rejects); 3 aborted by a safety \
             limit before applying; 4 another run holds the lock.
             """,
-        subcommands: [MigrateCommand.self, RunCommand.self, BackfillCommand.self, SimulateAppleCommand.self, SeedDemoCommand.self]
+        subcommands: [
+            MigrateCommand.self, RunCommand.self, BackfillCommand.self, ExportFinanceCommand.self, ReportCommand.self,
+            SimulateAppleCommand.self,
+            SeedDemoCommand.self,
+        ]
     )
 }

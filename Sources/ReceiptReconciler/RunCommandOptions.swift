@@ -74,6 +74,15 @@ struct RunCommandOptions: ParsableArguments {
     @Option(help: "Apply nothing (exit 3) when more than this share of the run's accounts would lose an entitlement (over at least 100 accounts).")
     var maxRevokeRatio = 0.10
 
+    @Option(help: "Accounts per write transaction (and per page read).")
+    var batchSize = 500
+
+    @Option(help: ArgumentHelp("Write Prometheus metrics of the run here, for node_exporter's textfile collector.", valueName: "path"))
+    var metricsFile: String?
+
+    @Option(help: "How often a progress line is logged when stderr is not a terminal.")
+    var progressInterval = TimeLength(seconds: 10)
+
     @Option(help: "Time limit for one exchange with Apple.")
     var requestTimeout = TimeLength(seconds: 60)
 
@@ -93,6 +102,7 @@ struct RunCommandOptions: ParsableArguments {
         guard maxAttempts >= 1 && maxAttempts <= 100 else { throw ValidationError("--max-attempts must be between 1 and 100") }
         guard (0...1).contains(maxRevokeRatio) else { throw ValidationError("--max-revoke-ratio must be between 0 and 1") }
         if let rateLimit, rateLimit <= 0 { throw ValidationError("--rate-limit must be positive") }
+        guard batchSize >= 1 && batchSize <= 50_000 else { throw ValidationError("--batch-size must be between 1 and 50000") }
     }
 
     func endpoints() -> VerifyReceiptClient.Endpoints {
@@ -130,6 +140,10 @@ struct RunCommandOptions: ParsableArguments {
         options.expiryLag = expiryLag.seconds
         options.maximumRevokeRatio = maxRevokeRatio
         options.reportDirectory = reportDir.map { URL(filePath: $0) }
+        options.metricsFile = metricsFile.map { URL(filePath: $0) }
+        options.batchSize = batchSize
+        options.pageSize = batchSize
+        options.progressInterval = progressInterval.duration
         return options
     }
 }

@@ -24,6 +24,8 @@ public struct RunSummary: Sendable, Codable, Equatable {
     /// Apple statuses seen in final answers, by status.
     public var appleStatuses: [String: Int] = [:]
     public var appleRequests = 0
+    /// Times all Apple traffic paused because most recent requests failed transiently.
+    public var appleStormPauses = 0
 
     /// Planned corrections by kind.
     public var corrections: [String: Int] = [:]

@@ -111,3 +111,20 @@ public struct CorrectionRecord: Sendable {
     public var afterExpiresAt: String?
     public var environment: String?
 }
+
+extension ReconciliationStore {
+    /// The summary a run stored, or nil when there is no such run.
+    public func runSummary(runId: Int64) async throws -> RunSummary? {
+        let rows = try await connection.query("""
+            SELECT statistics, status, finished_at, error FROM iap.reconciliation_runs WHERE id = \(runId)
+            """)
+        guard let row = rows.first else { return nil }
+        var summary = try row.decode("statistics", as: PostgresJSON.self).decoded(as: RunSummary.self)
+        // The row's status is the last word (a later run may have marked this one interrupted).
+        summary.runId = runId
+        summary.status = try row.decode("status")
+        summary.finishedAt = try row.decode("finished_at")
+        summary.error = try row.decode("error")
+        return summary
+    }
+}

@@ -70,6 +70,19 @@ public struct ReconciliationStore: Sendable {
         return try rows.map { try $0.decode("account_id") }
     }
 
+    /// How many accounts the selection holds now (for a progress display).
+    public func countAccounts(selection: AccountSelection, now: Date) async throws -> Int {
+        var total = 0
+        var after = ""
+        // Counted by the same keyset pages the run reads, so the two always agree.
+        while true {
+            let page = try await accounts(after: after, limit: 10_000, selection: selection, now: now)
+            total += page.count
+            guard let last = page.last, page.count == 10_000 else { return total }
+            after = last
+        }
+    }
+
     /// Every receipt of these accounts (an account's entitlements come from all of them).
     public func receipts(of accounts: [String]) async throws -> [String: [StoredReceipt]] {
         let rows = try await connection.query("""

@@ -1,0 +1,53 @@
+import Foundation
+import Logging
+import Reconciliation
+import Synchronization
+
+/// Shows how far a run is: on a terminal, one line rewritten in place (done/total, rate, ETA);
+/// otherwise (cron, systemd) a structured log line per interval.
+final class ProgressReporter: Sendable {
+    static var isTerminal: Bool { isatty(STDERR_FILENO) == 1 }
+
+    private let interval: Duration
+    private let total: Int?
+    private let logger: Logger
+    private let started = ContinuousClock.now
+    private let last = Mutex(ContinuousClock.now)
+
+    init(interval: Duration, total: Int?, logger: Logger) {
+        self.interval = interval
+        self.total = total
+        self.logger = logger
+    }
+
+    func report(_ summary: RunSummary) {
+        let now = ContinuousClock.now
+        let due = last.withLock { last in
+            guard now - last >= (Self.isTerminal ? .milliseconds(500) : interval) else { return false }
+            last = now
+            return true
+        }
+        guard due else { return }
+        let elapsed = Double((now - started).components.seconds) + Double((now - started).components.attoseconds) / 1e18
+        let rate = elapsed > 0 ? Double(summary.accountsProcessed) / elapsed : 0
+        if Self.isTerminal {
+            var line = "\r\(summary.accountsProcessed)"
+            if let total { line += "/\(total)" }
+            line += " accounts, \(String(format: "%.0f", rate))/s, \(summary.totalCorrections) corrections"
+            if let total, rate > 0 {
+                let remaining = Double(max(0, total - summary.accountsProcessed)) / rate
+                line += String(format: ", ETA %dm%02ds", Int(remaining) / 60, Int(remaining) % 60)
+            }
+            FileHandle.standardError.write(Data((line + "   ").utf8))
+        } else {
+            logger.info("run.progress", metadata: [
+                "accounts": "\(summary.accountsProcessed)", "accounts_per_second": "\(String(format: "%.1f", rate))",
+                "corrections": "\(summary.totalCorrections)", "apple.requests": "\(summary.appleRequests)",
+            ])
+        }
+    }
+
+    func finish() {
+        if Self.isTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
+    }
+}

@@ -1,0 +1,98 @@
+import Foundation
+import Postgres
+import SchemaMigrations
+import Storage
+import Testing
+import TestSupport
+
+/// The finance CSV against golden files (set RR_UPDATE_GOLDEN=1 to rewrite them, then review the diff).
+@Suite struct FinanceExportTests {
+    static let golden = URL(filePath: #filePath).deletingLastPathComponent().appending(path: "Golden")
+
+    /// A ledger with every kind of event, and the traps: an upgrade is not a refund, a restore is
+    /// not a purchase, a refund of an old purchase lands in the period of the refund.
+    static func populate(_ connection: PostgresConnection) async throws {
+        try await connection.execute("""
+            INSERT INTO iap.products (product_id, type, duration, price, currency) VALUES
+              ('pro.monthly', 'auto_renewable', NULL, 9.99, 'USD'),
+              ('pro.yearly', 'auto_renewable', NULL, 79.99, 'USD'),
+              ('lifetime', 'non_consumable', NULL, 149.00, 'USD'),
+              ('coins.100', 'consumable', NULL, 0.99, 'EUR'),
+              ('season.pass', 'non_renewing', '1 mon', 4.99, 'EUR')
+            """)
+        try await connection.execute("""
+            INSERT INTO iap.transactions (transaction_id, account_id, original_transaction_id, product_id, purchase_date,
+                original_purchase_date, expires_date, cancellation_date, cancellation_reason, is_upgraded, is_trial_period,
+                is_in_intro_offer_period, quantity, web_order_line_item_id, subscription_group_identifier, offer_code_ref_name,
+                promotional_offer_id, ownership_type, environment) VALUES
+            -- a subscription: trial purchase in October, renewals in November
+            ('1000', 'alice', '1000', 'pro.monthly', '2026-10-05 10:00:00Z', '2026-10-05 10:00:00Z', '2026-11-05 10:00:00Z', NULL, NULL, false, true, false, 1, '5000', 'g1', NULL, NULL, 'PURCHASED', 'Production'),
+            ('1001', 'alice', '1000', 'pro.monthly', '2026-11-05 10:00:00Z', '2026-10-05 10:00:00Z', '2026-12-05 10:00:00Z', NULL, NULL, false, false, false, 1, '5001', 'g1', 'AUTUMN', 'promo.1', 'PURCHASED', 'Production'),
+            -- upgraded to yearly: the monthly period is cancelled as an upgrade, not refunded
+            ('2000', 'bob, "the builder"', '2000', 'pro.monthly', '2026-11-01 00:00:00Z', '2026-11-01 00:00:00Z', '2026-12-01 00:00:00Z', '2026-11-10 12:00:00Z', 0, true, false, false, 1, '6000', 'g1', NULL, NULL, 'PURCHASED', 'Production'),
+            ('2100', 'bob, "the builder"', '2100', 'pro.yearly', '2026-11-10 12:00:00Z', '2026-11-10 12:00:00Z', '2027-11-10 12:00:00Z', NULL, NULL, false, false, false, 1, '6100', 'g1', NULL, NULL, 'PURCHASED', 'Production'),
+            -- a refund in November of a purchase from September
+            ('3000', 'carol', '3000', 'lifetime', '2026-09-01 08:00:00Z', '2026-09-01 08:00:00Z', NULL, '2026-11-15 09:30:00Z', 1, NULL, false, false, 1, NULL, NULL, NULL, NULL, 'PURCHASED', 'Production'),
+            -- a restore of a non-consumable: not a purchase
+            ('3001', 'carol', '3000', 'lifetime', '2026-11-16 09:30:00Z', '2026-09-01 08:00:00Z', NULL, NULL, NULL, NULL, false, false, 1, NULL, NULL, NULL, NULL, 'PURCHASED', 'Production'),
+            -- consumables, one refunded for reason 0 inside the period
+            ('4000', 'dave', '4000', 'coins.100', '2026-11-20 20:00:00Z', '2026-11-20 20:00:00Z', NULL, '2026-11-21 20:00:00Z', 0, NULL, false, false, 3, NULL, NULL, NULL, NULL, 'PURCHASED', 'Production'),
+            -- a product missing from the catalog: no price
+            ('5000', 'erin', '5000', 'mystery', '2026-11-20 20:00:00Z', '2026-11-20 20:00:00Z', NULL, NULL, NULL, NULL, false, false, 1, NULL, NULL, NULL, NULL, 'FAMILY_SHARED', 'Production'),
+            -- sandbox: only with --include-sandbox
+            ('6000', 'reviewer', '6000', 'season.pass', '2026-11-02 00:00:00Z', '2026-11-02 00:00:00Z', NULL, NULL, NULL, NULL, false, false, 1, NULL, NULL, NULL, NULL, 'PURCHASED', 'Sandbox'),
+            -- outside the period
+            ('7000', 'frank', '7000', 'coins.100', '2026-12-01 00:00:00Z', '2026-12-01 00:00:00Z', NULL, NULL, NULL, NULL, false, false, 1, NULL, NULL, NULL, NULL, 'PURCHASED', 'Production')
+            """)
+    }
+
+    static func export(_ connection: PostgresConnection, from: String, to: String, includeSandbox: Bool) async throws -> String {
+        var text = ""
+        _ = try await FinanceExport.export(
+            connection: connection, from: ISO8601DateFormatter().date(from: from)!, to: ISO8601DateFormatter().date(from: to)!,
+            includeSandbox: includeSandbox) { text += $0 }
+        return text
+    }
+
+    static func compare(_ actual: String, golden name: String) throws {
+        let url = golden.appending(path: name)
+        if ProcessInfo.processInfo.environment["RR_UPDATE_GOLDEN"] == "1" {
+            try actual.write(to: url, atomically: true, encoding: .utf8)
+        }
+        let expected = try String(contentsOf: url, encoding: .utf8)
+        #expect(actual == expected, "differs from Golden/\(name)")
+    }
+
+    @Test func novemberWithoutSandbox() async throws {
+        let database = try await TestDatabase.create("finance")
+        let connection = try await database.connect()
+        try await Migrator().migrate(connection)
+        try await Self.populate(connection)
+        let csv = try await Self.export(connection, from: "2026-11-01T00:00:00Z", to: "2026-12-01T00:00:00Z", includeSandbox: false)
+        try Self.compare(csv, golden: "finance-2026-11.csv")
+        // The traps, asserted directly too.
+        #expect(!csv.contains("refund,2026-11-10"))  // the upgrade
+        #expect(!csv.contains(",3001,"))  // the restore
+        #expect(csv.contains("refund,2026-11-15T09:30:00.000Z,carol,lifetime"))
+        #expect(csv.contains("\"bob, \"\"the builder\"\"\""))
+        #expect(!csv.contains("Sandbox"))
+        #expect(csv.hasPrefix(FinanceExport.columns.joined(separator: ",") + "\r\n"))
+        await connection.close()
+        try await database.drop()
+    }
+
+    @Test func novemberWithSandbox() async throws {
+        let database = try await TestDatabase.create("financesandbox")
+        let connection = try await database.connect()
+        try await Migrator().migrate(connection)
+        try await Self.populate(connection)
+        let csv = try await Self.export(connection, from: "2026-11-01T00:00:00Z", to: "2026-12-01T00:00:00Z", includeSandbox: true)
+        try Self.compare(csv, golden: "finance-2026-11-with-sandbox.csv")
+        #expect(csv.contains(",6000,6000,"))
+        // The whole autumn: the September purchase and October trial appear as purchases.
+        let autumn = try await Self.export(connection, from: "2026-09-01T00:00:00Z", to: "2026-12-01T00:00:00Z", includeSandbox: false)
+        try Self.compare(autumn, golden: "finance-2026-09-to-11.csv")
+        await connection.close()
+        try await database.drop()
+    }
+}
