@@ -34,6 +34,9 @@ struct SimulateAppleCommand: ParsableCommand {
     @Option(help: "Shared secret the simulator expects (overrides the scenario's shared_secret); others get 21004.")
     var sharedSecret: String?
 
+    @Flag(help: ArgumentHelp("Exit when standard input reaches its end (for test harnesses).", visibility: .hidden))
+    var exitWhenStdinCloses = false
+
     func validate() throws {
         guard host.hasPrefix("127.") || host == "::1" else {
             throw ValidationError("--host must be a loopback address: the simulator is for local use only")
@@ -44,6 +47,12 @@ struct SimulateAppleCommand: ParsableCommand {
         var scenario = try self.scenario.map { try SimulationScenario(contentsOf: URL(filePath: $0)) } ?? SimulationScenario()
         if let sharedSecret { scenario.sharedSecret = sharedSecret }
         let simulator = try AppleSimulator(scenario: scenario, host: host, port: port, latencyMilliseconds: latencyMs)
+        if exitWhenStdinCloses {
+            Thread.detachNewThread {
+                _ = FileHandle.standardInput.readDataToEndOfFile()
+                Foundation.exit(0)
+            }
+        }
         // Written unbuffered: whoever started the simulator waits for this line.
         FileHandle.standardOutput.write(Data("listening on http://\(host):\(simulator.port)\n".utf8))
         simulator.serveForever()

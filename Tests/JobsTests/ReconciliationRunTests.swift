@@ -54,177 +54,177 @@ import TestSupport
     }
 
     @Test func aRunCorrectsWhatApplesAnswersSayAndNothingElse() async throws {
-        let world = try await RunWorld.make("run")
-        defer { Task { await world.tearDown() } }
-        try await Self.populate(world)
-        let before = try await world.entitlements()
+        try await RunWorld.with("run") { world in
+            try await Self.populate(world)
+            let before = try await world.entitlements()
 
-        let (summary, ending) = try await world.run(world.options())
-        #expect(ending == .completed)
-        #expect(summary.status == "completed")
-        #expect(summary.accountsProcessed == 10)
-        #expect(summary.accountsDeferred == 1)
-        #expect(summary.accountsInvalidReceipt == 1)
-        #expect(summary.accountsFailed == 2)  // permanent and partial
+            let (summary, ending) = try await world.run(world.options())
+            #expect(ending == .completed)
+            #expect(summary.status == "completed")
+            #expect(summary.accountsProcessed == 10)
+            #expect(summary.accountsDeferred == 1)
+            #expect(summary.accountsInvalidReceipt == 1)
+            #expect(summary.accountsFailed == 2)  // permanent and partial
 
-        let kinds = try await world.corrections(run: summary.runId)
-        #expect(kinds == [
-            "new": ["grant"], "renewed": ["extend"], "refunded": ["revoke"], "orphan": ["grant", "revoke"], "buyer": ["grant"],
-        ])
-        let after = try await world.entitlements()
-        #expect(after["new/pro.monthly"]?.state == .active)
-        #expect(after["new/pro.monthly"]?.expiresAt == world.expiry(endDays: 25))
-        #expect(after["renewed/pro.monthly"]?.expiresAt == world.expiry(endDays: 20))
-        #expect(after["renewed/pro.monthly"]?.latestTransactionId == "200003")
-        #expect(after["refunded/pro.monthly"]?.state == .refunded)
-        #expect(after["refunded/pro.monthly"]?.entitled == false)
-        #expect(after["refunded/pro.monthly"]?.refundedAt == Date(timeIntervalSince1970: Double(world.nowMs - world.dayMs) / 1000))
-        #expect(after["orphan/lifetime"]?.entitled == false)
-        #expect(after["buyer/lifetime"]?.state == .active)
-        #expect(after["buyer/coins"] == nil)  // consumables: ledger only
-        #expect(after["unchanged/pro.monthly"] == before["unchanged/pro.monthly"])
-        for account in ["transient", "permanent", "invalid", "partial"] {
-            #expect(after["\(account)/pro.monthly"] == before["\(account)/pro.monthly"], "\(account) must not change")
+            let kinds = try await world.corrections(run: summary.runId)
+            #expect(kinds == [
+                "new": ["grant"], "renewed": ["extend"], "refunded": ["revoke"], "orphan": ["grant", "revoke"], "buyer": ["grant"],
+            ])
+            let after = try await world.entitlements()
+            #expect(after["new/pro.monthly"]?.state == .active)
+            #expect(after["new/pro.monthly"]?.expiresAt == world.expiry(endDays: 25))
+            #expect(after["renewed/pro.monthly"]?.expiresAt == world.expiry(endDays: 20))
+            #expect(after["renewed/pro.monthly"]?.latestTransactionId == "200003")
+            #expect(after["refunded/pro.monthly"]?.state == .refunded)
+            #expect(after["refunded/pro.monthly"]?.entitled == false)
+            #expect(after["refunded/pro.monthly"]?.refundedAt == Date(timeIntervalSince1970: Double(world.nowMs - world.dayMs) / 1000))
+            #expect(after["orphan/lifetime"]?.entitled == false)
+            #expect(after["buyer/lifetime"]?.state == .active)
+            #expect(after["buyer/coins"] == nil)  // consumables: ledger only
+            #expect(after["unchanged/pro.monthly"] == before["unchanged/pro.monthly"])
+            for account in ["transient", "permanent", "invalid", "partial"] {
+                #expect(after["\(account)/pro.monthly"] == before["\(account)/pro.monthly"], "\(account) must not change")
+            }
+            // Every correction was applied together with its entitlement.
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status <> 'applied' OR applied_at IS NULL") == 0)
+
+            // The ledger holds every transaction once: 1 + 4 + 2 + 2 + 1 + 3 (partial's good receipt) + 2.
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions") == 15)
+            #expect(try await world.count("SELECT count(DISTINCT transaction_id) FROM iap.transactions") == 15)
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE cancellation_date IS NOT NULL") == 1)
+
+            // Receipts learned their status.
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome = 'verified' AND last_status = 0 AND last_verified_at IS NOT NULL") == 8)
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome = 'deferred' AND next_attempt_at > now()") == 1)
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_status = 21010") == 1)
+
+            // The report.
+            let directory = try #require(world.options().reportDirectory?.deletingLastPathComponent())
+            let reports = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+            #expect(reports.count == 1)
+            let report = directory.appending(path: reports[0])
+            let failures = try String(contentsOf: report.appending(path: "failures.csv"), encoding: .utf8)
+            #expect(failures.split(separator: "\r\n").count == 1 + 4)  // header + transient, permanent, invalid, partial's 21003
+            let corrections = try String(contentsOf: report.appending(path: "corrections.csv"), encoding: .utf8)
+            #expect(corrections.split(separator: "\r\n").count == 1 + 6)
+            #expect(corrections.contains("refund on "))
+            let summaryJSON = try JSONSerialization.jsonObject(with: Data(contentsOf: report.appending(path: "summary.json"))) as? [String: Any]
+            #expect((summaryJSON?["outcomes"] as? [String: Int])?["corrected"] == 5)
+            #expect((summaryJSON?["polling_blind_spots"] as? String)?.contains("consumable") == true)
+
+            // A second pass over the same answers writes no correction, and the ledger does not grow.
+            let ledgerUpdated = try await world.count("SELECT count(*) FROM iap.transactions WHERE updated_at > first_seen_at")
+            let (second, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
+                accounts: [], receiptIds: [], since: nil, until: nil, products: [], all: true)))
+            #expect(second.totalCorrections == 0)
+            #expect(second.accountsProcessed == 10)
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE run_id = \(second.runId)") == 0)
+            #expect(try await world.entitlements() == after)
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions") == 15)
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE updated_at > first_seen_at") == ledgerUpdated)
+
+            // The nightly run right after finds nothing due but the deferred and failed ones, once their time comes.
+            let (third, _) = try await world.run(world.options())
+            #expect(third.accountsProcessed == 0)
         }
-        // Every correction was applied together with its entitlement.
-        #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status <> 'applied' OR applied_at IS NULL") == 0)
-
-        // The ledger holds every transaction once: 1 + 4 + 2 + 2 + 1 + 3 (partial's good receipt) + 2.
-        #expect(try await world.count("SELECT count(*) FROM iap.transactions") == 15)
-        #expect(try await world.count("SELECT count(DISTINCT transaction_id) FROM iap.transactions") == 15)
-        #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE cancellation_date IS NOT NULL") == 1)
-
-        // Receipts learned their status.
-        #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome = 'verified' AND last_status = 0 AND last_verified_at IS NOT NULL") == 8)
-        #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome = 'deferred' AND next_attempt_at > now()") == 1)
-        #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_status = 21010") == 1)
-
-        // The report.
-        let directory = try #require(world.options().reportDirectory?.deletingLastPathComponent())
-        let reports = try FileManager.default.contentsOfDirectory(atPath: directory.path)
-        #expect(reports.count == 1)
-        let report = directory.appending(path: reports[0])
-        let failures = try String(contentsOf: report.appending(path: "failures.csv"), encoding: .utf8)
-        #expect(failures.split(separator: "\r\n").count == 1 + 4)  // header + transient, permanent, invalid, partial's 21003
-        let corrections = try String(contentsOf: report.appending(path: "corrections.csv"), encoding: .utf8)
-        #expect(corrections.split(separator: "\r\n").count == 1 + 6)
-        #expect(corrections.contains("refund on "))
-        let summaryJSON = try JSONSerialization.jsonObject(with: Data(contentsOf: report.appending(path: "summary.json"))) as? [String: Any]
-        #expect((summaryJSON?["outcomes"] as? [String: Int])?["corrected"] == 5)
-        #expect((summaryJSON?["polling_blind_spots"] as? String)?.contains("consumable") == true)
-
-        // A second pass over the same answers writes no correction, and the ledger does not grow.
-        let ledgerUpdated = try await world.count("SELECT count(*) FROM iap.transactions WHERE updated_at > first_seen_at")
-        let (second, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
-            accounts: [], receiptIds: [], since: nil, until: nil, products: [], all: true)))
-        #expect(second.totalCorrections == 0)
-        #expect(second.accountsProcessed == 10)
-        #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE run_id = \(second.runId)") == 0)
-        #expect(try await world.entitlements() == after)
-        #expect(try await world.count("SELECT count(*) FROM iap.transactions") == 15)
-        #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE updated_at > first_seen_at") == ledgerUpdated)
-
-        // The nightly run right after finds nothing due but the deferred and failed ones, once their time comes.
-        let (third, _) = try await world.run(world.options())
-        #expect(third.accountsProcessed == 0)
     }
 
     @Test func aDryRunChangesNothing() async throws {
-        let world = try await RunWorld.make("dryrun")
-        defer { Task { await world.tearDown() } }
-        try await Self.populate(world)
-        let entitlements = try await world.entitlements()
-        let receipts = try await world.connection.query("SELECT * FROM iap.app_receipts ORDER BY id").map(\.values)
+        try await RunWorld.with("dryrun") { world in
+            try await Self.populate(world)
+            let entitlements = try await world.entitlements()
+            let receipts = try await world.connection.query("SELECT * FROM iap.app_receipts ORDER BY id").map(\.values)
 
-        let (summary, ending) = try await world.run(world.options(dryRun: true))
-        #expect(ending == .completed)
-        #expect(summary.isDryRun)
-        #expect(summary.totalCorrections == 6)
-        #expect(try await world.entitlements() == entitlements)
-        #expect(try await world.connection.query("SELECT * FROM iap.app_receipts ORDER BY id").map(\.values) == receipts)
-        #expect(try await world.count("SELECT count(*) FROM iap.transactions") == 0)
-        #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'planned' AND run_id = \(summary.runId)") == 6)
-        #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE applied_at IS NOT NULL") == 0)
+            let (summary, ending) = try await world.run(world.options(dryRun: true))
+            #expect(ending == .completed)
+            #expect(summary.isDryRun)
+            #expect(summary.totalCorrections == 6)
+            #expect(try await world.entitlements() == entitlements)
+            #expect(try await world.connection.query("SELECT * FROM iap.app_receipts ORDER BY id").map(\.values) == receipts)
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions") == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'planned' AND run_id = \(summary.runId)") == 6)
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE applied_at IS NOT NULL") == 0)
 
-        // A real run afterwards still sees every account as due and ignores the dry run's plan.
-        let (real, _) = try await world.run(world.options())
-        #expect(real.accountsProcessed == 10)
-        #expect(real.correctionsApplied == 6)
-        #expect(real.correctionsAdopted == 0)
+            // A real run afterwards still sees every account as due and ignores the dry run's plan.
+            let (real, _) = try await world.run(world.options())
+            #expect(real.accountsProcessed == 10)
+            #expect(real.correctionsApplied == 6)
+            #expect(real.correctionsAdopted == 0)
+        }
     }
 
     @Test func backfillSelections() async throws {
-        let world = try await RunWorld.make("backfill")
-        defer { Task { await world.tearDown() } }
-        try await Self.populate(world)
-        let (byAccount, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
-            accounts: ["new", "refunded"], receiptIds: [], since: nil, until: nil, products: [], all: false)))
-        #expect(byAccount.accountsProcessed == 2)
-        let receiptId: Int64 = try await world.connection.query("SELECT min(id) AS id FROM iap.app_receipts WHERE account_id = 'buyer'")[0].decode("id")
-        let (byReceipt, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
-            accounts: [], receiptIds: [receiptId], since: nil, until: nil, products: [], all: false)))
-        #expect(byReceipt.accountsProcessed == 1)
-        #expect(byReceipt.receipts.values.reduce(0, +) == 2)  // every receipt of the selected account
-        let (byProduct, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
-            accounts: [], receiptIds: [], since: nil, until: nil, products: ["lifetime"], all: false)))
-        #expect(byProduct.accountsProcessed == 2)  // orphan (entitlement) and buyer (ledger)
-        let (none, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
-            accounts: [], receiptIds: [], since: Date().addingTimeInterval(3600), until: nil, products: [], all: false)))
-        #expect(none.accountsProcessed == 0)
+        try await RunWorld.with("backfill") { world in
+            try await Self.populate(world)
+            let (byAccount, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
+                accounts: ["new", "refunded"], receiptIds: [], since: nil, until: nil, products: [], all: false)))
+            #expect(byAccount.accountsProcessed == 2)
+            let receiptId: Int64 = try await world.connection.query("SELECT min(id) AS id FROM iap.app_receipts WHERE account_id = 'buyer'")[0].decode("id")
+            let (byReceipt, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
+                accounts: [], receiptIds: [receiptId], since: nil, until: nil, products: [], all: false)))
+            #expect(byReceipt.accountsProcessed == 1)
+            #expect(byReceipt.receipts.values.reduce(0, +) == 2)  // every receipt of the selected account
+            let (byProduct, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
+                accounts: [], receiptIds: [], since: nil, until: nil, products: ["lifetime"], all: false)))
+            #expect(byProduct.accountsProcessed == 2)  // orphan (entitlement) and buyer (ledger)
+            let (none, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
+                accounts: [], receiptIds: [], since: Date().addingTimeInterval(3600), until: nil, products: [], all: false)))
+            #expect(none.accountsProcessed == 0)
+        }
     }
 
     @Test func aFresherReceiptFromAppleReplacesTheStoredOneButAPlaceholderDoesNot() async throws {
-        let world = try await RunWorld.make("fresher")
-        defer { Task { await world.tearDown() } }
-        let fresh = Data("a fresher receipt".utf8).base64EncodedString()
-        try await world.addReceipt("fresh", spec: ["generate": ["latest_receipt": fresh, "purchases": [["product_id": "lifetime", "transaction_id": "1"]]]])
-        try await world.addReceipt("redacted", spec: ["generate": ["latest_receipt": "[[REDACTED]]", "purchases": [["product_id": "lifetime", "transaction_id": "2"]]]])
-        let (summary, _) = try await world.run(world.options())
-        #expect(summary.latestReceiptsStored == 1)
-        #expect(summary.latestReceiptsIgnored == 1)
-        let rows = try await world.connection.query("SELECT account_id, latest_receipt FROM iap.app_receipts ORDER BY account_id")
-        #expect(try rows[0].decode("latest_receipt", as: String.self) == fresh)
-        #expect(try rows[1].decode("latest_receipt", as: String.self).hasPrefix(Data("simulated-receipt:".utf8).base64EncodedString().prefix(20)))
+        try await RunWorld.with("fresher") { world in
+            let fresh = Data("a fresher receipt".utf8).base64EncodedString()
+            try await world.addReceipt("fresh", spec: ["generate": ["latest_receipt": fresh, "purchases": [["product_id": "lifetime", "transaction_id": "1"]]]])
+            try await world.addReceipt("redacted", spec: ["generate": ["latest_receipt": "[[REDACTED]]", "purchases": [["product_id": "lifetime", "transaction_id": "2"]]]])
+            let (summary, _) = try await world.run(world.options())
+            #expect(summary.latestReceiptsStored == 1)
+            #expect(summary.latestReceiptsIgnored == 1)
+            let rows = try await world.connection.query("SELECT account_id, latest_receipt FROM iap.app_receipts ORDER BY account_id")
+            #expect(try rows[0].decode("latest_receipt", as: String.self) == fresh)
+            #expect(try rows[1].decode("latest_receipt", as: String.self).hasPrefix(Data("simulated-receipt:".utf8).base64EncodedString().prefix(20)))
+        }
     }
 
     @Test func tooManyRevokesAbortBeforeApplyingAnything() async throws {
-        let world = try await RunWorld.make("ratio")
-        defer { Task { await world.tearDown() } }
-        for index in 0..<110 {
-            let refunded = index < 15
-            let extra: [String: Any] = refunded ? ["cancel": ["at_ms": world.nowMs - world.dayMs, "reason": 0]] : [:]
-            try await world.addReceipt("a\(index)", spec: ["generate": ["subscriptions": [
-                world.subscription(original: "\(1000 + index)", renewals: 1, endDays: 10, extra: extra)]]])
-            try await world.store(Entitlement(accountId: "a\(index)", productId: "pro.monthly", originalTransactionId: "\(1000 + index)",
-                                              state: .active, expiresAt: world.expiry(endDays: 1)))
+        try await RunWorld.with("ratio") { world in
+            for index in 0..<110 {
+                let refunded = index < 15
+                let extra: [String: Any] = refunded ? ["cancel": ["at_ms": world.nowMs - world.dayMs, "reason": 0]] : [:]
+                try await world.addReceipt("a\(index)", spec: ["generate": ["subscriptions": [
+                    world.subscription(original: "\(1000 + index)", renewals: 1, endDays: 10, extra: extra)]]])
+                try await world.store(Entitlement(accountId: "a\(index)", productId: "pro.monthly", originalTransactionId: "\(1000 + index)",
+                                                  state: .active, expiresAt: world.expiry(endDays: 1)))
+            }
+            let before = try await world.entitlements()
+            var options = world.options()
+            options.pageSize = 50
+            options.batchSize = 25
+            let (summary, ending) = try await world.run(options)
+            #expect(ending == .aborted)
+            #expect(summary.status == "aborted")
+            #expect(summary.error?.contains("15 of 110") == true)
+            #expect(try await world.entitlements() == before)
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'planned'") == 110)
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE applied_at IS NOT NULL") == 0)
+
+            // The next nightly takes over the plan for review and aborts again: nothing new was learned.
+            let (again, againEnding) = try await world.run(options)
+            #expect(againEnding == .aborted)
+            #expect(again.accountsProcessed == 0)
+            #expect(again.correctionsAdopted == 110)
+            #expect(try await world.entitlements() == before)
+
+            // Once an operator has reviewed it and raised the limit, the next run applies the plan.
+            options.maximumRevokeRatio = 0.2
+            let (approved, approvedEnding) = try await world.run(options)
+            #expect(approvedEnding == .completed)
+            #expect(approved.correctionsAdopted == 110)
+            #expect(approved.correctionsApplied == 110)
+            let after = try await world.entitlements()
+            #expect(after.values.filter { $0.state == .refunded }.count == 15)
+            #expect(after.values.filter { $0.state == .active && $0.expiresAt == world.expiry(endDays: 10) }.count == 95)
         }
-        let before = try await world.entitlements()
-        var options = world.options()
-        options.pageSize = 50
-        options.batchSize = 25
-        let (summary, ending) = try await world.run(options)
-        #expect(ending == .aborted)
-        #expect(summary.status == "aborted")
-        #expect(summary.error?.contains("15 of 110") == true)
-        #expect(try await world.entitlements() == before)
-        #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'planned'") == 110)
-        #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE applied_at IS NOT NULL") == 0)
-
-        // The next nightly takes over the plan for review and aborts again: nothing new was learned.
-        let (again, againEnding) = try await world.run(options)
-        #expect(againEnding == .aborted)
-        #expect(again.accountsProcessed == 0)
-        #expect(again.correctionsAdopted == 110)
-        #expect(try await world.entitlements() == before)
-
-        // Once an operator has reviewed it and raised the limit, the next run applies the plan.
-        options.maximumRevokeRatio = 0.2
-        let (approved, approvedEnding) = try await world.run(options)
-        #expect(approvedEnding == .completed)
-        #expect(approved.correctionsAdopted == 110)
-        #expect(approved.correctionsApplied == 110)
-        let after = try await world.entitlements()
-        #expect(after.values.filter { $0.state == .refunded }.count == 15)
-        #expect(after.values.filter { $0.state == .active && $0.expiresAt == world.expiry(endDays: 10) }.count == 95)
     }
 }

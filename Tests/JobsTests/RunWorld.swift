@@ -15,22 +15,36 @@ final class RunWorld: @unchecked Sendable {
     let connection: PostgresConnection
     let simulator: SimulatorProcess
     let secret = "world-secret"
-    let now = Date()
+    let now: Date
     let reportRoot = FileManager.default.temporaryDirectory.appending(path: "rr-reports-\(UUID().uuidString)")
 
-    private init(database: TestDatabase, connection: PostgresConnection, simulator: SimulatorProcess) {
+    private init(database: TestDatabase, connection: PostgresConnection, simulator: SimulatorProcess, now: Date) {
+        self.now = now
         self.database = database
         self.connection = connection
         self.simulator = simulator
     }
 
-    static func make(_ label: String, scenario: [String: Any] = [:]) async throws -> RunWorld {
+    /// Builds a world, hands it to `body`, and tears it down whatever `body` did.
+    static func with<Result>(_ label: String, now: Date = Date(), _ body: (RunWorld) async throws -> Result) async throws -> Result {
+        let world = try await make(label, now: now)
+        do {
+            let result = try await body(world)
+            await world.tearDown()
+            return result
+        } catch {
+            await world.tearDown()
+            throw error
+        }
+    }
+
+    static func make(_ label: String, scenario: [String: Any] = [:], now: Date = Date()) async throws -> RunWorld {
         let database = try await TestDatabase.create(label)
         let connection = try await database.connect()
         try await Migrator(logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })).migrate(connection)
         var scenario = scenario
         scenario["shared_secret"] = "world-secret"
-        return RunWorld(database: database, connection: connection, simulator: try SimulatorProcess(scenario: scenario))
+        return RunWorld(database: database, connection: connection, simulator: try SimulatorProcess(scenario: scenario), now: now)
     }
 
     func tearDown() async {

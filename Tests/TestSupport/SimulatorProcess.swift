@@ -7,6 +7,8 @@ public final class SimulatorProcess: @unchecked Sendable {
     public let port: Int
     private let process: Process
     private let scenarioFile: URL
+    /// The simulator exits when this pipe closes: when the test process ends, however it ends.
+    private let lifeline = Pipe()
 
     public var productionURL: String { "http://127.0.0.1:\(port)/verifyReceipt" }
     public var sandboxURL: String { "http://127.0.0.1:\(port)/sandbox/verifyReceipt" }
@@ -17,9 +19,12 @@ public final class SimulatorProcess: @unchecked Sendable {
         try JSONSerialization.data(withJSONObject: scenario).write(to: scenarioFile)
         process = Process()
         process.executableURL = TestPaths.binaries.appending(path: "receipt-reconciler")
-        process.arguments = ["simulate-apple", "--scenario", scenarioFile.path, "--port", "0"] + arguments
+        process.arguments = ["simulate-apple", "--scenario", scenarioFile.path, "--port", "0", "--exit-when-stdin-closes"] + arguments
         let output = Pipe()
         process.standardOutput = output
+        // Never inherit the test runner's stderr: a leftover child would keep `swift test` waiting for it.
+        process.standardError = FileHandle.nullDevice
+        process.standardInput = lifeline
         try process.run()
         var line = Data()
         while !line.contains(10) {

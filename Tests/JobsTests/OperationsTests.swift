@@ -1,0 +1,188 @@
+import AppStore
+import Foundation
+import Jobs
+import Postgres
+import Reconciliation
+import Storage
+import Testing
+import TestSupport
+
+/// The job as cron runs it: a real process, real signals, real exit statuses.
+@Suite struct OperationsTests {
+    static func environment(_ world: RunWorld, secret: String? = nil) -> [String: String] {
+        [
+            "DATABASE_URL": world.database.connectionString,
+            "APPLE_SHARED_SECRET": secret ?? world.secret,
+            "APPLE_PRODUCTION_URL": world.simulator.productionURL,
+            "APPLE_SANDBOX_URL": world.simulator.sandboxURL,
+        ]
+    }
+
+    /// `count` accounts whose answers each give a known correction.
+    static func populate(_ world: RunWorld, count: Int, latencyFault: Int? = nil) async throws {
+        var receipts: [[PostgresBind]] = []
+        for index in 0..<count {
+            var spec: [String: Any] = ["generate": ["subscriptions": [
+                world.subscription(original: "\(10_000 + index)", renewals: 1 + index % 5, endDays: Double(index % 20) - 5),
+            ]]]
+            if let latencyFault { spec["faults"] = [["delay_ms": latencyFault]]; spec["repeat_faults"] = true }
+            receipts.append([PostgresBind(String(format: "acct-%05d", index)), PostgresBind(syntheticReceipt(spec))])
+        }
+        try await world.connection.copy(into: "iap.app_receipts", columns: ["account_id", "latest_receipt"], rows: receipts)
+    }
+
+    /// (account, product, kind, after) of every applied correction: what a run did, whoever ran it.
+    static func appliedCorrections(_ world: RunWorld) async throws -> [String] {
+        try await world.connection.query("""
+            SELECT account_id || '/' || product_id || '/' || kind || '/' || (after->>'state') || '/' || COALESCE(after->>'expires_at', '') AS c
+            FROM iap.corrections WHERE status = 'applied' ORDER BY 1
+            """).map { try $0.decode("c") }
+    }
+
+    @Test func theLockRefusesASecondRun() async throws {
+        try await RunWorld.with("lock") { world in
+            try await Self.populate(world, count: 3)
+            let holder = try await world.database.connect()
+            #expect(try await RunLock.tryAcquire(holder, shard: nil))
+            let refused = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            #expect(refused.status == 4)
+            #expect(refused.stderr.contains("another run holds the lock"))
+            // A shard worker is refused too while an unsharded run holds it.
+            let shard = try await CLIProcess.run(["run", "--shard", "0/2", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            #expect(shard.status == 4)
+            await holder.close()
+            try await Task.sleep(for: .milliseconds(100))
+            let allowed = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            #expect(allowed.status == 0, "\(allowed.stderr)")
+            #expect(allowed.stdout.contains("accounts: 3 processed"))
+        }
+    }
+
+    @Test func twoShardsTogetherEqualOneRun() async throws {
+        let now = Date()
+        try await RunWorld.with("shards", now: now) { sharded in
+            try await RunWorld.with("whole", now: now) { whole in
+                try await Self.populate(sharded, count: 60)
+                try await Self.populate(whole, count: 60)
+                func shardOptions(_ index: Int) -> RunOptions {
+                    var options = sharded.options()
+                    options.selection.shard = (index, 2)
+                    return options
+                }
+                async let first = sharded.run(shardOptions(0))
+                async let second = sharded.run(shardOptions(1))
+                let (a, b) = try await (first, second)
+                #expect(a.ending == .completed && b.ending == .completed)
+                #expect(a.summary.accountsProcessed > 0 && b.summary.accountsProcessed > 0)
+                #expect(a.summary.accountsProcessed + b.summary.accountsProcessed == 60)
+                let (single, _) = try await whole.run(whole.options())
+                #expect(single.accountsProcessed == 60)
+                #expect(try await Self.appliedCorrections(sharded) == Self.appliedCorrections(whole))
+                #expect(try await sharded.count("SELECT count(*) FROM iap.app_receipts WHERE last_run_id IS NULL") == 0)
+            }
+        }
+    }
+
+    @Test func sigtermFinishesInFlightWorkAndEndsInterrupted() async throws {
+        try await RunWorld.with("sigterm") { world in
+            try await Self.populate(world, count: 400, latencyFault: 50)
+            let cli = try CLIProcess(["run", "--concurrency", "8", "--batch-size", "10", "--report-dir", world.reportRoot.path],
+                                     environment: Self.environment(world))
+            try await Task.sleep(for: .milliseconds(1_200))
+            cli.signal(SIGTERM)
+            let result = try await cli.wait()
+            #expect(result.status == 1)
+            #expect(result.stdout.contains("interrupted"))
+            let run = try await world.connection.query("SELECT status, accounts_processed FROM iap.reconciliation_runs")
+            #expect(try run[0].decode("status", as: String.self) == "interrupted")
+            let processed: Int = try run[0].decode("accounts_processed")
+            #expect(processed > 0 && processed < 400)
+            // What was verified was committed and applied; nothing half-done is left planned.
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_verified_at IS NOT NULL") == processed)
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'planned'") == 0)
+            #expect(try await world.count("SELECT count(DISTINCT account_id) FROM iap.corrections WHERE status = 'applied'") == processed)
+        }
+    }
+
+    @Test func sigkillThenRerunGivesExactlyTheCorrectionsOfAnUndisturbedRun() async throws {
+        let now = Date()
+        try await RunWorld.with("sigkill", now: now) { killed in
+            try await RunWorld.with("calm", now: now) { calm in
+                try await Self.populate(killed, count: 300, latencyFault: 20)
+                try await Self.populate(calm, count: 300)
+                let arguments = ["run", "--concurrency", "8", "--batch-size", "7", "--report-dir", killed.reportRoot.path]
+                for delay in [700, 1_500] {
+                    let cli = try CLIProcess(arguments, environment: Self.environment(killed))
+                    try await Task.sleep(for: .milliseconds(delay))
+                    cli.signal(SIGKILL)
+                    _ = try await cli.wait()
+                }
+                let rerun = try await CLIProcess.run(arguments, environment: Self.environment(killed))
+                #expect(rerun.status == 0, "\(rerun.stderr)")
+                #expect(try await killed.count("SELECT count(*) FROM iap.reconciliation_runs WHERE status = 'interrupted'") >= 1)
+                let (undisturbed, _) = try await calm.run(calm.options())
+                #expect(undisturbed.accountsProcessed == 300)
+                let expected = try await Self.appliedCorrections(calm)
+                #expect(expected.count > 200)
+                #expect(try await Self.appliedCorrections(killed) == expected)
+                #expect(try await killed.entitlements() == calm.entitlements())
+                // No account was verified twice by the rerun: the killed runs' committed work was kept.
+                #expect(try await killed.count("SELECT count(*) FROM iap.app_receipts WHERE last_verified_at IS NULL") == 0)
+            }
+        }
+    }
+
+    @Test func aStormOf21004StopsTheRunWithStatus2() async throws {
+        try await RunWorld.with("secret") { world in
+            try await Self.populate(world, count: 40)
+            let result = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path],
+                                                  environment: Self.environment(world, secret: "not-the-secret"))
+            #expect(result.status == 2)
+            #expect(result.stderr.contains("shared secret"))
+            #expect(result.stderr.contains("APPLE_SHARED_SECRET"))
+            #expect(!result.stderr.contains("not-the-secret") && !result.stdout.contains("not-the-secret"))
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements") == 0)
+            // Rejected receipts are due again at once: the secret is this job's mistake, not theirs.
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE next_attempt_at IS NOT NULL") == 0)
+        }
+    }
+
+    @Test func aRevokeRatioAbortExitsWith3() async throws {
+        try await RunWorld.with("abortcli") { world in
+            try await Self.populate(world, count: 120)
+            // Stored: every account entitled far into the future; Apple: a third have expired.
+            try await world.connection.execute("""
+                INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, state, entitled, expires_at, updated_at)
+                SELECT account_id, 'pro.monthly', 'x', 'active', true, now() + interval '90 days', now() FROM iap.app_receipts
+                """)
+            let result = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path, "--metrics-file",
+                                                   world.reportRoot.appending(path: "metrics.prom").path],
+                                                  environment: Self.environment(world))
+            #expect(result.status == 3)
+            #expect(result.stdout.contains("aborted"))
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE expires_at > now() + interval '80 days'") == 120)
+            let metrics = try String(contentsOf: world.reportRoot.appending(path: "metrics.prom"), encoding: .utf8)
+            #expect(metrics.contains("receipt_reconciler_last_run_status{kind=\"nightly\",status=\"aborted\"} 1"))
+            #expect(!metrics.contains("receipt_reconciler_last_success_timestamp_seconds{"))
+        }
+    }
+
+    @Test func reportOfAPastRun() async throws {
+        try await RunWorld.with("reportcli") { world in
+            try await Self.populate(world, count: 5)
+            let first = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            #expect(first.status == 0)
+            let markdown = try await CLIProcess.run(["report", "1"], environment: Self.environment(world))
+            #expect(markdown.stdout.contains("# Reconciliation run 1"))
+            #expect(markdown.stdout.contains("| verified | 5 |"))
+            let json = try await CLIProcess.run(["report", "1", "--format", "json"], environment: Self.environment(world))
+            let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+            #expect((object?["outcomes"] as? [String: Int])?["verified"] == 5)
+            let csv = try await CLIProcess.run(["report", "1", "--format", "csv"], environment: Self.environment(world))
+            #expect(csv.stdout.hasPrefix("correction_id,account_id"))
+            #expect(csv.stdout.split(separator: "\r\n").count == 6)
+            let missing = try await CLIProcess.run(["report", "99"], environment: Self.environment(world))
+            #expect(missing.status == 2)
+        }
+    }
+}
