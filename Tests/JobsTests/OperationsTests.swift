@@ -186,3 +186,54 @@ import TestSupport
         }
     }
 }
+
+/// The cron wrapper loads its environment file and runs the job with a dated report.
+@Suite struct CronWrapperTests {
+    @Test func wrapperRunsTheJobFromItsEnvironmentFile() async throws {
+        try await RunWorld.with("cron") { world in
+            try await OperationsTests.populate(world, count: 4)
+            let data = world.reportRoot.appending(path: "data")
+            let envFile = world.reportRoot.appending(path: "reconciler.env")
+            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
+            try """
+                DATABASE_URL='\(world.database.connectionString)'
+                APPLE_SHARED_SECRET=\(world.secret)
+                APPLE_PRODUCTION_URL=\(world.simulator.productionURL)
+                APPLE_SANDBOX_URL=\(world.simulator.sandboxURL)
+                """.write(to: envFile, atomically: true, encoding: .utf8)
+            let process = Process()
+            process.executableURL = URL(filePath: "/bin/bash")
+            process.arguments = [TestPaths.repositoryRoot.appending(path: "cron/run-nightly.sh").path]
+            process.environment = [
+                "PATH": "/usr/bin:/bin", "RECEIPT_RECONCILER_ENV": envFile.path,
+                "RECEIPT_RECONCILER_BIN": TestPaths.binaries.appending(path: "receipt-reconciler").path,
+                "RECEIPT_RECONCILER_DATA": data.path,
+            ]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            process.standardInput = FileHandle.nullDevice
+            try process.run()
+            while process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(process.terminationStatus == 0)
+            let reports = try FileManager.default.contentsOfDirectory(atPath: data.appending(path: "reports").path)
+            #expect(reports.count == 1)
+            #expect(FileManager.default.fileExists(atPath: data.appending(path: "reports/\(reports[0])/summary.md").path))
+            let metrics = try String(contentsOf: data.appending(path: "metrics/receipt_reconciler.prom"), encoding: .utf8)
+            #expect(metrics.contains("receipt_reconciler_last_success_timestamp_seconds{kind=\"nightly\"}"))
+            #expect(metrics.contains("receipt_reconciler_last_run_accounts{kind=\"nightly\",outcome=\"verified\"} 4"))
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements") == 4)
+        }
+    }
+
+    @Test func wrapperRefusesAMissingEnvironmentFile() async throws {
+        let process = Process()
+        process.executableURL = URL(filePath: "/bin/bash")
+        process.arguments = [TestPaths.repositoryRoot.appending(path: "cron/run-nightly.sh").path]
+        process.environment = ["PATH": "/usr/bin:/bin", "RECEIPT_RECONCILER_ENV": "/nonexistent/reconciler.env"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 2)
+    }
+}
