@@ -54,9 +54,13 @@ public final class ReconciliationRun: Sendable {
     /// Consecutive 21004 answers that stop the run.
     let sharedSecretRejectionLimit: Int
 
-    public init(options: RunOptions, connections: Connections, client: VerifyReceiptClient, logger: Logger,
+    /// Checks the password of server notifications; never logged.
+    let sharedSecret: String
+
+    public init(options: RunOptions, connections: Connections, client: VerifyReceiptClient, sharedSecret: String, logger: Logger,
                 sharedSecretRejectionLimit: Int = 20) {
         self.options = options
+        self.sharedSecret = sharedSecret
         self.connections = connections
         self.client = client
         self.logger = logger
@@ -102,6 +106,14 @@ public final class ReconciliationRun: Sendable {
             if adopted.corrections > 0 {
                 logger.notice("run.adopted", metadata: ["corrections": "\(adopted.corrections)"])
             }
+        }
+
+        if !options.isDryRun && options.processesNotifications {
+            let processor = NotificationProcessor(
+                store: NotificationStore(connection: connections.writer), ledger: writer, sharedSecret: sharedSecret,
+                maximumAge: options.notificationMaximumAge, logger: logger)
+            try await processor.process(runId: summary.runId, now: now, summary: &summary)
+            try await writer.updateRun(summary)
         }
 
         let report = try RunReportWriter(
@@ -218,7 +230,8 @@ public final class ReconciliationRun: Sendable {
                     do {
                         try await writer.connection.withTransaction { _ in
                             try await writer.writeBatch(
-                                runId: summary.runId, receipts: batch.flatMap(\.receiptUpdates), ledger: batch.flatMap(\.ledger),
+                                runId: summary.runId, startedAt: now, receipts: batch.flatMap(\.receiptUpdates),
+                                ledger: batch.flatMap(\.ledger),
                                 corrections: batch.flatMap(\.corrections),
                                 verifiedAccounts: batch.filter { $0.counts.outcome == .verified }.map(\.accountId),
                                 isDryRun: options.isDryRun)

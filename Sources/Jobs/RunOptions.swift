@@ -26,6 +26,10 @@ public struct RunOptions: Sendable {
     /// Failed (final) receipts are tried again after this long.
     public var failedRetryAfter: TimeInterval = 20 * 3600
     public var reportDirectory: URL?
+    /// Unmatched notifications are retried until this old.
+    public var notificationMaximumAge: TimeInterval = 7 * 86_400
+    /// Process server notifications before picking accounts (not in a dry run).
+    public var processesNotifications = true
     /// Prometheus text file written at the end of the run.
     public var metricsFile: URL?
     /// A progress line on the terminal (when stderr is one), else a log line every `progressInterval`.

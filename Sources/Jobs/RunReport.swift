@@ -48,6 +48,14 @@ public enum RunReport {
             lines.append("  superseded (entitlement changed meanwhile): \(summary.correctionsSuperseded)")
         }
         if summary.correctionsAdopted > 0 { lines.append("  taken over from interrupted runs: \(summary.correctionsAdopted)") }
+        let notifications = summary.notifications.values.reduce(into: [String: Int]()) { totals, outcomes in
+            for (outcome, count) in outcomes { totals[outcome, default: 0] += count }
+        }
+        if !notifications.isEmpty {
+            lines.append("  notifications: " + ["applied", "rejected", "unmatched", "invalid"]
+                .compactMap { outcome in notifications[outcome].map { "\($0) \(outcome)" } }.joined(separator: ", "))
+        }
+        if !summary.consumptionRequests.isEmpty { lines.append("  consumption requests: \(summary.consumptionRequests.count)") }
         if let error = summary.error { lines.append("  note: \(error)") }
         return lines.joined(separator: "\n") + "\n"
     }
@@ -96,6 +104,18 @@ public enum RunReport {
         if !summary.appleStatuses.isEmpty {
             text += "\n## Apple statuses in final answers\n\n| status | receipts |\n|---|---|\n"
             for (status, count) in summary.appleStatuses.sorted(by: { $0.key < $1.key }) { text += "| \(status) | \(count) |\n" }
+        }
+        if !summary.notifications.isEmpty {
+            text += "\n## Server notifications\n\n| type | applied | rejected | unmatched | invalid |\n|---|---|---|---|---|\n"
+            for (type, outcomes) in summary.notifications.sorted(by: { $0.key < $1.key }) {
+                let cells = ["applied", "rejected", "unmatched", "invalid"].map { String(outcomes[$0] ?? 0) }
+                text += "| \(type) | " + cells.joined(separator: " | ") + " |\n"
+            }
+            text += "\nUnmatched notifications are tried again by later runs until they are a week old (`--notification-max-age`).\n"
+        }
+        if !summary.consumptionRequests.isEmpty {
+            text += "\n## CONSUMPTION_REQUESTs (Apple waits for an answer this job cannot give)\n\n"
+            text += summary.consumptionRequests.map { "- \($0)" }.joined(separator: "\n") + "\n"
         }
         if let error = summary.error { text += "\n## Note\n\n\(error)\n" }
         text += "\n## What polling cannot see\n\n\(blindSpots)\n"

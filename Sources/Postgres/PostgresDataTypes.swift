@@ -144,8 +144,10 @@ public enum PostgresTimestamp {
             let digits = String(value)
             return String(repeating: "0", count: max(0, width - digits.count)) + digits
         }
-        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(seconds / 3600, 2)):\(pad(seconds / 60 % 60, 2)):"
-            + "\(pad(seconds % 60, 2)).\(pad(fraction, 6))Z"
+        let time = "\(pad(seconds / 3600, 2)):\(pad(seconds / 60 % 60, 2)):\(pad(seconds % 60, 2)).\(pad(fraction, 6))"
+        // Year 0 is 1 BC to PostgreSQL, which counts no year zero.
+        if year <= 0 { return "\(pad(1 - year, 4))-\(pad(month, 2))-\(pad(day, 2)) \(time)+00 BC" }
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(time)Z"
     }
 
     /// Parses `YYYY-MM-DD[ T]HH:MM:SS[.ffffff][+HH[:MM[:SS]]|Z]`; nil for anything else (including infinity and BC).

@@ -69,7 +69,14 @@ struct BackfillCommand: AsyncParsableCommand {
     @Flag(help: "Every account.")
     var all = false
 
+    @Flag(help: "Process the stored server notifications, then verify just the accounts they made due.")
+    var notificationsOnly = false
+
     func validate() throws {
+        if notificationsOnly && (all || !accounts.isEmpty || !receiptIds.isEmpty || since != nil || until != nil || !products.isEmpty) {
+            throw ValidationError("--notifications-only takes the accounts the notifications name: leave out the other selections")
+        }
+        if notificationsOnly { return }
         if all && (!accounts.isEmpty || !receiptIds.isEmpty || since != nil || until != nil || !products.isEmpty) {
             throw ValidationError("--all takes every account: leave out the other selections")
         }
@@ -83,7 +90,7 @@ struct BackfillCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = logging.bootstrap()
         try await runReportingErrors(logger: logger) {
-            let selection = AccountSelection.Kind.backfill(
+            let selection: AccountSelection.Kind = notificationsOnly ? .reverifyRequested : .backfill(
                 accounts: accounts, receiptIds: receiptIds, since: since.flatMap(parseTime), until: until.flatMap(parseTime),
                 products: products, all: all)
             try await executeRun(run.runOptions(kind: "backfill", selection: selection), common: run, database: database, logger: logger)
@@ -111,7 +118,7 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
         endpoints: common.endpoints(), sharedSecret: secret, policy: options.policy, concurrency: options.concurrency,
         requestsPerSecond: options.requestsPerSecond, logger: logger)
     defer { client.shutdown() }
-    let run = ReconciliationRun(options: options, connections: connections, client: client, logger: logger)
+    let run = ReconciliationRun(options: options, connections: connections, client: client, sharedSecret: secret, logger: logger)
 
     // SIGTERM and SIGINT: stop taking accounts, finish what is in flight, commit, end `interrupted`.
     signal(SIGTERM, SIG_IGN)

@@ -83,6 +83,9 @@ struct RunCommandOptions: ParsableArguments {
     @Option(help: "How often a progress line is logged when stderr is not a terminal.")
     var progressInterval = TimeLength(seconds: 10)
 
+    @Option(help: "Unmatched server notifications are tried again by later runs until they are this old.")
+    var notificationMaxAge = TimeLength(seconds: 7 * 86_400)
+
     @Option(help: "Time limit for one exchange with Apple.")
     var requestTimeout = TimeLength(seconds: 60)
 
@@ -144,6 +147,7 @@ struct RunCommandOptions: ParsableArguments {
         options.batchSize = batchSize
         options.pageSize = batchSize
         options.progressInterval = progressInterval.duration
+        options.notificationMaximumAge = notificationMaxAge.seconds
         return options
     }
 }

@@ -59,6 +59,11 @@ struct SeedDemoCommand: AsyncParsableCommand {
             }
             try await connection.copy(into: "iap.app_receipts", columns: DemoWorld.receiptColumns, rows: receipts)
             try await connection.copy(into: "iap.entitlements", columns: DemoWorld.entitlementColumns, rows: entitlements)
+            if profile == .demo && accounts > DemoWorld.schedule.count {
+                let secret = ProcessInfo.processInfo.environment["APPLE_SHARED_SECRET"] ?? "demo-shared-secret"
+                try await connection.copy(into: "iap.notifications", columns: ["body"],
+                                          rows: world.notifications(sharedSecret: secret).map { [PostgresBind(PostgresJSON(text: $0))] })
+            }
         }
         await connection.close()
         print("Seeded \(accounts) accounts (\(profile.rawValue) profile).")
@@ -107,6 +112,34 @@ struct DemoWorld {
     /// default 10% safety limit and the demo run applies its corrections.
     static let schedule: [Kind] = Kind.allCases + Kind.allCases.filter {
         ![.expiredStoredActive, .refunded, .upgraded].contains($0)
+    }
+
+    /// A renewal, a refund of a finished consumable (matched once a run has put the purchase in
+    /// the ledger), a CONSUMPTION_REQUEST, and a notification with the wrong password.
+    func notifications(sharedSecret: String) -> [String] {
+        let nowMs = Int64(now.timeIntervalSince1970 * 1000)
+        func original(_ kind: Kind) -> String { String(2_000_000_000_000 + Self.schedule.firstIndex(of: kind)! * 1000) }
+        func body(_ type: String, password: String, original: String, transactions: [[String: Any]]) -> String {
+            let object: [String: Any] = [
+                "notification_type": type, "password": password, "environment": "PROD", "original_transaction_id": original,
+                "bid": "com.example.app", "bvrs": "1",
+                "unified_receipt": ["status": 0, "environment": "Production", "latest_receipt_info": transactions,
+                                    "pending_renewal_info": [], "latest_receipt": ""],
+            ]
+            return String(decoding: (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data(), as: UTF8.self)
+        }
+        let coins = original(.consumables) + "1"
+        let refund: [String: Any] = [
+            "transaction_id": coins, "original_transaction_id": coins, "product_id": "coins.100", "quantity": "3",
+            "purchase_date_ms": String(nowMs - 86_400_000), "cancellation_date_ms": String(nowMs - 3_600_000),
+            "cancellation_reason": "1",
+        ]
+        return [
+            body("DID_RENEW", password: sharedSecret, original: original(.renewedStoredStale), transactions: []),
+            body("REFUND", password: sharedSecret, original: coins, transactions: [refund]),
+            body("CONSUMPTION_REQUEST", password: sharedSecret, original: coins, transactions: []),
+            body("REFUND", password: "not-the-shared-secret", original: original(.lifetime), transactions: []),
+        ]
     }
 
     func account(_ index: Int) -> Account {

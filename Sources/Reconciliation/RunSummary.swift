@@ -45,6 +45,11 @@ public struct RunSummary: Sendable, Codable, Equatable {
     public var latestReceiptsStored = 0
     public var latestReceiptsIgnored = 0
 
+    /// Server notifications processed, by type and outcome (`applied`, `rejected`, `unmatched`, `invalid`).
+    public var notifications: [String: [String: Int]] = [:]
+    /// CONSUMPTION_REQUESTs: Apple waits for an answer this job cannot give.
+    public var consumptionRequests: [String] = []
+
     public var error: String?
 
     public init() {}

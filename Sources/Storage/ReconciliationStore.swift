@@ -45,8 +45,17 @@ public struct ReconciliationStore: Sendable {
             rows = try await connection.query("""
                 SELECT account_id FROM iap.app_receipts
                 WHERE account_id > \(after)
-                  AND (last_verified_at IS NULL OR last_verified_at < \(staleBefore))
-                  AND (next_attempt_at IS NULL OR next_attempt_at <= \(now))
+                  AND (reverify_requested_at IS NOT NULL
+                       OR ((last_verified_at IS NULL OR last_verified_at < \(staleBefore))
+                           AND (next_attempt_at IS NULL OR next_attempt_at <= \(now))))
+                  AND (\(shardCount)::bigint IS NULL
+                       OR ((hashtextextended(account_id, 0) % \(shardCount)) + \(shardCount)) % \(shardCount) = \(shardIndex))
+                GROUP BY account_id ORDER BY account_id LIMIT \(limit)
+                """)
+        case .reverifyRequested:
+            rows = try await connection.query("""
+                SELECT account_id FROM iap.app_receipts
+                WHERE account_id > \(after) AND reverify_requested_at IS NOT NULL
                   AND (\(shardCount)::bigint IS NULL
                        OR ((hashtextextended(account_id, 0) % \(shardCount)) + \(shardCount)) % \(shardCount) = \(shardIndex))
                 GROUP BY account_id ORDER BY account_id LIMIT \(limit)
@@ -119,11 +128,11 @@ public struct ReconciliationStore: Sendable {
     /// `verifiedAccounts` are the batch's accounts whose receipts all verified: their fresh plan
     /// replaces any older plan this run took over.
     public func writeBatch(
-        runId: Int64, receipts: [ReceiptUpdate], ledger: [LedgerEntry], corrections: [Correction], verifiedAccounts: [String],
-        isDryRun: Bool
+        runId: Int64, startedAt: Date, receipts: [ReceiptUpdate], ledger: [LedgerEntry], corrections: [Correction],
+        verifiedAccounts: [String], isDryRun: Bool
     ) async throws {
         if !isDryRun {
-            try await updateReceipts(runId: runId, receipts)
+            try await updateReceipts(runId: runId, startedAt: startedAt, receipts)
             try await upsertLedger(ledger)
             if !verifiedAccounts.isEmpty {
                 try await connection.execute("""
@@ -135,7 +144,7 @@ public struct ReconciliationStore: Sendable {
         try await insertPlannedCorrections(runId: runId, corrections)
     }
 
-    func updateReceipts(runId: Int64, _ updates: [ReceiptUpdate]) async throws {
+    func updateReceipts(runId: Int64, startedAt: Date, _ updates: [ReceiptUpdate]) async throws {
         guard !updates.isEmpty else { return }
         try await connection.execute("""
             UPDATE iap.app_receipts AS r SET
@@ -148,7 +157,10 @@ public struct ReconciliationStore: Sendable {
                 last_outcome     = u.outcome,
                 last_run_id      = \(runId),
                 latest_receipt   = CASE WHEN r.xmin::text = u.row_version AND u.latest_receipt IS NOT NULL
-                                        THEN u.latest_receipt ELSE r.latest_receipt END
+                                        THEN u.latest_receipt ELSE r.latest_receipt END,
+                -- A notification's request is done once the receipt verified (unless it came after the run began).
+                reverify_requested_at = CASE WHEN u.verified_at IS NOT NULL AND r.reverify_requested_at <= \(startedAt)
+                                             THEN NULL ELSE r.reverify_requested_at END
             FROM unnest(\(PostgresTextArray(updates.map { String($0.id) }))::bigint[],
                         \(PostgresTextArray(updates.map(\.rowVersion)))::text[],
                         \(PostgresTextArray(updates.map { $0.environment?.rawValue }))::text[],

@@ -73,10 +73,13 @@ public struct LedgerEntry: Sendable {
 /// Which accounts a run takes (contract section 2).
 public struct AccountSelection: Sendable {
     public enum Kind: Sendable {
-        /// Receipts never verified or not since `staleAfter`, and not deferred into the future.
+        /// Receipts never verified or not since `staleAfter`, and not deferred into the future;
+        /// and receipts a server notification asked to re-verify.
         case due(staleAfter: TimeInterval)
         /// A manual selection; empty lists mean "not restricted by this".
         case backfill(accounts: [String], receiptIds: [Int64], since: Date?, until: Date?, products: [String], all: Bool)
+        /// Accounts a server notification asked to re-verify (`backfill --notifications-only`).
+        case reverifyRequested
     }
 
     public var kind: Kind

@@ -112,7 +112,7 @@ final class RunWorld: @unchecked Sendable {
             endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: secret,
             policy: options.policy, concurrency: options.concurrency)
         defer { client.shutdown() }
-        let run = ReconciliationRun(options: options, connections: connections, client: client,
+        let run = ReconciliationRun(options: options, connections: connections, client: client, sharedSecret: secret,
                                     logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
         let result = try await run.run()
         await connections.lock.close()

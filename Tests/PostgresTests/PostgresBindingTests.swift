@@ -74,6 +74,20 @@ import TestSupport
             == PostgresInterval(days: -7, microseconds: -3_600_000_000))
     }
 
+    @Test(arguments: [-62_135_596_800.0, -1_000_000_000.25, -0.5, 0, 951_782_400, 4_102_444_800.000001])
+    func datesRoundTripAcrossEras(_ seconds: Double) async throws {
+        let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        let date = Date(timeIntervalSince1970: seconds)
+        let rows = try await connection.query("SELECT \(date) AS date")
+        #expect(try rows[0].decode("date", as: Date.self) == date)
+    }
+
+    @Test func datesBeforeYearOneAreWrittenAsBC() async throws {
+        let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        let rows = try await connection.query("SELECT extract(year FROM \(Date.distantPast))::int AS year")
+        #expect(try rows[0].decode("year", as: Int.self) == -1)  // 1 BC
+    }
+
     @Test func timestampsKeepMicrosecondsAndAreUTC() async throws {
         let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
         let rows = try await connection.query("""

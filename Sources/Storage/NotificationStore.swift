@@ -1,0 +1,65 @@
+import AppStore
+import Foundation
+import Postgres
+import Reconciliation
+
+/// The SQL of server notifications: storing bodies, and processing the unprocessed ones.
+public struct NotificationStore: Sendable {
+    public let connection: PostgresConnection
+
+    public init(connection: PostgresConnection) {
+        self.connection = connection
+    }
+
+    /// Stores bodies as received (each one a JSON object), in one statement.
+    public func insert(bodies: [String]) async throws {
+        guard !bodies.isEmpty else { return }
+        try await connection.execute("""
+            INSERT INTO iap.notifications (body) SELECT b FROM unnest(\(PostgresTextArray(bodies))::jsonb[]) AS b
+            """)
+    }
+
+    public struct Pending: Sendable {
+        public var id: Int64
+        public var receivedAt: Date
+        public var body: String
+    }
+
+    /// The next unprocessed notifications, oldest first.
+    public func unprocessed(after: (Date, Int64)?, limit: Int) async throws -> [Pending] {
+        return try await connection.query("""
+            SELECT id, received_at, body::text AS body FROM iap.notifications
+            WHERE processed_at IS NULL
+              AND (\(after?.0)::timestamptz IS NULL OR (received_at, id) > (\(after?.0), \(after?.1)))
+            ORDER BY received_at, id LIMIT \(limit)
+            """).map { Pending(id: try $0.decode("id"), receivedAt: try $0.decode("received_at"), body: try $0.decode("body")) }
+    }
+
+    /// The account whose ledger or entitlements hold one of these original transaction ids.
+    public func account(owning originalTransactionIds: [String]) async throws -> String? {
+        guard !originalTransactionIds.isEmpty else { return nil }
+        return try await connection.query("""
+            SELECT account_id FROM (
+                SELECT account_id, 0 AS source FROM iap.transactions WHERE original_transaction_id = ANY(\(originalTransactionIds))
+                UNION ALL
+                SELECT account_id, 1 FROM iap.entitlements WHERE original_transaction_id = ANY(\(originalTransactionIds))
+            ) found ORDER BY source, account_id LIMIT 1
+            """).first.map { try $0.decode("account_id") }
+    }
+
+    /// Records an outcome; `processed` false leaves it for a later run (unmatched, not given up).
+    public func mark(_ id: Int64, outcome: String, processed: Bool, accountId: String?, runId: Int64?, now: Date) async throws {
+        try await connection.execute("""
+            UPDATE iap.notifications SET outcome = \(outcome), account_id = \(accountId), run_id = \(runId),
+                processed_at = CASE WHEN \(processed) THEN \(now)::timestamptz ELSE NULL END
+            WHERE id = \(id)
+            """)
+    }
+
+    /// Makes every receipt of the account due now.
+    public func requestReverification(accountId: String, now: Date) async throws {
+        try await connection.execute("""
+            UPDATE iap.app_receipts SET reverify_requested_at = \(now) WHERE account_id = \(accountId)
+            """)
+    }
+}
