@@ -12,6 +12,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
     ],
     targets: [
         // C only: the two system libraries, with typed wrappers for curl's variadic calls.
@@ -29,7 +30,7 @@ let package = Package(
         .target(name: "SchemaMigrations", dependencies: ["Postgres", logging], plugins: ["EmbedMigrations"]),
 
         // Apple's verifyReceipt protocol: models, client, retry policy, and the local simulator.
-        .target(name: "AppStore", dependencies: ["HTTP", logging]),
+        .target(name: "AppStore", dependencies: ["HTTP", logging, .product(name: "SwiftASN1", package: "swift-asn1")]),
 
         // The local verifyReceipt simulator that the demo, the tests and the benchmark talk to.
         .target(name: "AppleSimulator"),

@@ -305,6 +305,17 @@ public final class ReconciliationRun: Sendable {
         var receiptOutcomes: [String] = []
         var counts = AccountOutcomeCounts(outcome: .verified)
         for receipt in work.receipts {
+            // The local decode informs the report; it never grants or revokes.
+            var local: (bundleId: String?, originals: [String])?
+            switch try? ReceiptDecoder.decode(Array(receipt.latestReceipt.utf8)) {
+            case .appReceipt(let decoded)?: local = (decoded.bundleId, decoded.originalTransactionIds)
+            case .legacyTransactionReceipt(let legacy)?:
+                local = (legacy.purchaseInfo["bid"], [legacy.purchaseInfo["original-transaction-id"] ?? legacy.purchaseInfo["transaction-id"]].compactMap { $0 })
+            case nil: counts.receiptsNotDecodedLocally += 1
+            }
+            if let bundle = local?.bundleId, let expected = receipt.bundleId, !expected.isEmpty, bundle != expected {
+                counts.bundleMismatches.append("account \(work.accountId), receipt \(receipt.id): the receipt is for \(bundle), the row says \(expected)")
+            }
             let outcome = await client.verify(receipt: receipt.latestReceipt, knownEnvironment: receipt.environment)
             receiptOutcomes.append(outcome.name)
             counts.receipts[outcome.name, default: 0] += 1
@@ -315,6 +326,8 @@ public final class ReconciliationRun: Sendable {
             var update = ReceiptUpdate(
                 id: receipt.id, rowVersion: receipt.rowVersion, environment: outcome.environment, verifiedAt: nil,
                 status: outcome.finalStatus, nextAttemptAt: nil, attempts: 0, outcome: outcome.name, latestReceipt: nil)
+            update.localBundleId = local?.bundleId
+            update.localOriginalTransactionIds = local?.originals
             switch outcome.result {
             case .verified(let response):
                 let environment = outcome.environment?.rawValue ?? response.environment ?? "Production"

@@ -56,6 +56,7 @@ public enum RunReport {
                 .compactMap { outcome in notifications[outcome].map { "\($0) \(outcome)" } }.joined(separator: ", "))
         }
         if !summary.consumptionRequests.isEmpty { lines.append("  consumption requests: \(summary.consumptionRequests.count)") }
+        if !summary.bundleMismatches.isEmpty { lines.append("  receipts of another app: \(summary.bundleMismatches.count) (see the report)") }
         if let error = summary.error { lines.append("  note: \(error)") }
         return lines.joined(separator: "\n") + "\n"
     }
@@ -112,6 +113,13 @@ public enum RunReport {
                 text += "| \(type) | " + cells.joined(separator: " | ") + " |\n"
             }
             text += "\nUnmatched notifications are tried again by later runs until they are a week old (`--notification-max-age`).\n"
+        }
+        if !summary.bundleMismatches.isEmpty {
+            text += "\n## Receipts of another app (a fraud signal; Apple still decides)\n\n"
+            text += summary.bundleMismatches.map { "- \($0)" }.joined(separator: "\n") + "\n"
+        }
+        if summary.receiptsNotDecodedLocally > 0 {
+            text += "\n\(summary.receiptsNotDecodedLocally) receipt(s) could not be decoded locally (not PKCS#7); they were verified with Apple all the same.\n"
         }
         if !summary.consumptionRequests.isEmpty {
             text += "\n## CONSUMPTION_REQUESTs (Apple waits for an answer this job cannot give)\n\n"

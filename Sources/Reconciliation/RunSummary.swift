@@ -50,6 +50,11 @@ public struct RunSummary: Sendable, Codable, Equatable {
     /// CONSUMPTION_REQUESTs: Apple waits for an answer this job cannot give.
     public var consumptionRequests: [String] = []
 
+    /// Receipts whose own bundle id differs from their row's `bundle_id` (a fraud signal), listed.
+    public var bundleMismatches: [String] = []
+    /// Receipts the local decode could not read (still verified with Apple).
+    public var receiptsNotDecodedLocally = 0
+
     public var error: String?
 
     public init() {}
@@ -74,6 +79,8 @@ public struct RunSummary: Sendable, Codable, Equatable {
         if account.corrections.contains(.revoke) { accountsRevoked += 1 }
         heldRevokes += account.heldRevokes
         sandboxGrants += account.sandboxGrants
+        for mismatch in account.bundleMismatches where bundleMismatches.count < 1_000 { bundleMismatches.append(mismatch) }
+        receiptsNotDecodedLocally += account.receiptsNotDecodedLocally
         latestReceiptsStored += account.latestReceiptsStored
         latestReceiptsIgnored += account.latestReceiptsIgnored
     }
@@ -105,6 +112,8 @@ public struct AccountOutcomeCounts: Sendable {
     public var sandboxGrants = 0
     public var latestReceiptsStored = 0
     public var latestReceiptsIgnored = 0
+    public var bundleMismatches: [String] = []
+    public var receiptsNotDecodedLocally = 0
 
     public init(outcome: AccountOutcome) {
         self.outcome = outcome

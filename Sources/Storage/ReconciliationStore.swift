@@ -159,6 +159,8 @@ public struct ReconciliationStore: Sendable {
                 latest_receipt   = CASE WHEN r.xmin::text = u.row_version AND u.latest_receipt IS NOT NULL
                                         THEN u.latest_receipt ELSE r.latest_receipt END,
                 -- A notification's request is done once the receipt verified (unless it came after the run began).
+                receipt_bundle_id = COALESCE(u.local_bundle_id, r.receipt_bundle_id),
+                receipt_original_transaction_ids = COALESCE(u.local_originals::text[], r.receipt_original_transaction_ids),
                 reverify_requested_at = CASE WHEN u.verified_at IS NOT NULL AND r.reverify_requested_at <= \(startedAt)
                                              THEN NULL ELSE r.reverify_requested_at END
             FROM unnest(\(PostgresTextArray(updates.map { String($0.id) }))::bigint[],
@@ -169,8 +171,11 @@ public struct ReconciliationStore: Sendable {
                         \(PostgresTextArray(updates.map(\.nextAttemptAt)))::timestamptz[],
                         \(PostgresTextArray(updates.map(\.attempts)))::integer[],
                         \(PostgresTextArray(updates.map(\.outcome)))::text[],
-                        \(PostgresTextArray(updates.map(\.latestReceipt)))::text[])
-                AS u(id, row_version, environment, verified_at, status, next_attempt_at, attempts, outcome, latest_receipt)
+                        \(PostgresTextArray(updates.map(\.latestReceipt)))::text[],
+                        \(PostgresTextArray(updates.map(\.localBundleId)))::text[],
+                        \(PostgresTextArray(updates.map { $0.localOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[])
+                AS u(id, row_version, environment, verified_at, status, next_attempt_at, attempts, outcome, latest_receipt,
+                     local_bundle_id, local_originals)
             WHERE r.id = u.id
             """)
     }

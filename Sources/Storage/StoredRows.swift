@@ -42,6 +42,9 @@ public struct ReceiptUpdate: Sendable {
     public var outcome: String
     /// Apple's fresher blob, when it differs and is valid base64.
     public var latestReceipt: String?
+    /// From the local decode of the blob, when it decoded.
+    public var localBundleId: String?
+    public var localOriginalTransactionIds: [String]?
 
     public init(id: Int64, rowVersion: String, environment: AppleEnvironment?, verifiedAt: Date?, status: Int?,
                 nextAttemptAt: Date?, attempts: Int, outcome: String, latestReceipt: String?) {

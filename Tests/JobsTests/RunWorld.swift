@@ -26,8 +26,10 @@ final class RunWorld: @unchecked Sendable {
     }
 
     /// Builds a world, hands it to `body`, and tears it down whatever `body` did.
-    static func with<Result>(_ label: String, now: Date = Date(), _ body: (RunWorld) async throws -> Result) async throws -> Result {
-        let world = try await make(label, now: now)
+    static func with<Result>(
+        _ label: String, now: Date = Date(), scenario: [String: Any] = [:], _ body: (RunWorld) async throws -> Result
+    ) async throws -> Result {
+        let world = try await make(label, scenario: scenario, now: now)
         do {
             let result = try await body(world)
             await world.tearDown()

@@ -45,6 +45,7 @@ public struct TestDatabase: Sendable {
 
 public struct TestSetupError: Error, CustomStringConvertible {
     public var description: String
+    public init(description: String) { self.description = description }
 }
 
 extension String {

@@ -1,0 +1,97 @@
+import AppStore
+import ArgumentParser
+import Foundation
+import Reconciliation
+
+struct InspectCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "inspect",
+        abstract: "Decodes an app receipt locally (PKCS#7 + ASN.1) and prints its fields; no network.",
+        discussion: """
+            Reads base64 text or raw DER/BER bytes from FILE or stdin. iOS 6 transaction receipts (old-style \
+            property lists) are recognised and shown as such. The signature is not checked: only Apple's \
+            verifyReceipt says whether a receipt is genuine.
+            """
+    )
+
+    @Argument(help: "The receipt file, or - for stdin.")
+    var file: String = "-"
+
+    @Flag(help: "Print JSON instead of a table.")
+    var json = false
+
+    func run() throws {
+        let bytes: [UInt8]
+        if file == "-" {
+            bytes = Array(FileHandle.standardInput.readDataToEndOfFile())
+        } else {
+            guard let data = FileManager.default.contents(atPath: file) else {
+                throw ValidationError("cannot read \(file)")
+            }
+            bytes = Array(data)
+        }
+        let decoded: DecodedReceipt
+        do {
+            decoded = try ReceiptDecoder.decode(bytes)
+        } catch {
+            FileHandle.standardError.write(Data("\(file == "-" ? "stdin" : file): \(error)\n".utf8))
+            throw ExitStatus.failed
+        }
+        print(json ? Self.json(decoded) : Self.table(decoded), terminator: "")
+    }
+
+    static func json(_ decoded: DecodedReceipt) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(ReportDate.timestamp(date))
+        }
+        let data: Data?
+        switch decoded {
+        case .appReceipt(let receipt): data = try? encoder.encode(["kind": AnyEncodable("app_receipt"), "receipt": AnyEncodable(receipt)])
+        case .legacyTransactionReceipt(let legacy):
+            data = try? encoder.encode(["kind": AnyEncodable("legacy_transaction_receipt"), "receipt": AnyEncodable(legacy)])
+        }
+        return String(decoding: data ?? Data(), as: UTF8.self) + "\n"
+    }
+
+    static func table(_ decoded: DecodedReceipt) -> String {
+        func day(_ date: Date?) -> String { date.map(ReportDate.timestamp) ?? "-" }
+        switch decoded {
+        case .legacyTransactionReceipt(let legacy):
+            var text = "iOS 6 transaction receipt (not an app receipt)\n  environment: \(legacy.environment ?? "-")\n"
+            for (key, value) in legacy.purchaseInfo.sorted(by: { $0.key < $1.key }) where key != "signature" {
+                text += "  \(key): \(value)\n"
+            }
+            return text
+        case .appReceipt(let receipt):
+            var text = """
+                App receipt
+                  receipt type:         \(receipt.receiptType ?? "-")
+                  bundle id:            \(receipt.bundleId ?? "-")
+                  app version:          \(receipt.appVersion ?? "-")
+                  original app version: \(receipt.originalAppVersion ?? "-")
+                  created:              \(day(receipt.creationDate))
+                  expires:              \(day(receipt.expirationDate))
+                  in-app purchases:     \(receipt.inAppPurchases.count)
+
+                """
+            if !receipt.inAppPurchases.isEmpty {
+                text += "\n  product | transaction | original | purchased | expires | cancelled\n"
+                for purchase in receipt.inAppPurchases {
+                    text += "  \(purchase.productId ?? "-") | \(purchase.transactionId ?? "-") | \(purchase.originalTransactionId ?? "-") | "
+                        + "\(day(purchase.purchaseDate)) | \(day(purchase.expiresDate)) | \(day(purchase.cancellationDate))\n"
+                }
+            }
+            return text
+        }
+    }
+}
+
+/// Lets one dictionary hold differently typed values for JSON.
+struct AnyEncodable: Encodable {
+    let encodeValue: (any Encoder) throws -> Void
+    init(_ value: some Encodable) { encodeValue = value.encode }
+    func encode(to encoder: any Encoder) throws { try encodeValue(encoder) }
+}
