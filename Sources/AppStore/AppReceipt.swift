@@ -302,24 +302,28 @@ enum LegacyPlist {
         }
         var result: [String: String] = [:]
         var scanner = text[...]
+        /// The next "quoted" string (backslash escapes the next character); nil when there is none.
         func quoted() -> String? {
             guard let start = scanner.firstIndex(of: "\"") else { return nil }
-            var index = scanner.index(after: start)
             var value = ""
+            var escaped = false
+            var index = scanner.index(after: start)
             while index < scanner.endIndex {
                 let character = scanner[index]
-                if character == "\\" {
-                    index = scanner.index(after: index)
-                    if index < scanner.endIndex { value.append(scanner[index]) }
+                index = scanner.index(after: index)
+                if escaped {
+                    value.append(character)
+                    escaped = false
+                } else if character == "\\" {
+                    escaped = true
                 } else if character == "\"" {
-                    scanner = scanner[scanner.index(after: index)...]
+                    scanner = scanner[index...]
                     return value
                 } else {
                     value.append(character)
                 }
-                index = scanner.index(after: index)
             }
-            return nil
+            return nil  // unterminated
         }
         while let key = quoted() {
             guard let equals = scanner.firstIndex(of: "="), scanner[..<equals].allSatisfy(\.isWhitespace),
