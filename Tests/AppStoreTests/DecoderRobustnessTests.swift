@@ -1,0 +1,57 @@
+import AppStore
+import Foundation
+import Testing
+import TestSupport
+
+/// Garbage from Apple: every mutated answer decodes or throws, none crashes or hangs.
+@Suite struct DecoderRobustnessTests {
+    /// Iterations per run; `RR_FUZZ_ITERATIONS=100000 scripts/test --filter DecoderRobustnessTests` for a long soak.
+    static var iterations: Int { Int(ProcessInfo.processInfo.environment["RR_FUZZ_ITERATIONS"] ?? "") ?? 10_000 }
+
+    @Test func mutatedAppleAnswersAndNotificationsNeverCrash() async throws {
+        let seeds = try Fixtures.files(in: "verify-responses").map { try Fixtures.bytes("verify-responses/\($0)") }
+            + Fixtures.files(in: "notifications").map { try Fixtures.bytes("notifications/\($0)") }
+        let iterations = Self.iterations
+        // CPU-bound: on a thread of its own, off the cooperative pool.
+        let (decoded, rejected) = await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: Self.mutateAndDecode(seeds, iterations: iterations)) }
+        }
+        #expect(decoded + rejected == iterations * 2)
+        #expect(rejected > 0 && decoded > 0)
+    }
+
+    static func mutateAndDecode(_ seeds: [[UInt8]], iterations: Int) -> (Int, Int) {
+        var generator = SystemRandomNumberGenerator()
+        let tokens: [[UInt8]] = ["\"", "{", "}", "[", "]", ",", ":", "null", "true", "1e999", "-0", "\"\\u0000\"", "9223372036854775808", "\"_ms\""]
+            .map { Array($0.utf8) }
+        var decoded = 0
+        var rejected = 0
+        for index in 0..<iterations {
+            var bytes = seeds[index % seeds.count]
+            for _ in 0..<Int.random(in: 1...6, using: &generator) {
+                let position = Int.random(in: 0..<max(bytes.count, 1), using: &generator)
+                switch Int.random(in: 0..<4, using: &generator) {
+                case 0 where !bytes.isEmpty: bytes[position] = UInt8.random(in: 0...255, using: &generator)
+                case 1 where !bytes.isEmpty: bytes.removeSubrange(position..<min(bytes.count, position + Int.random(in: 1...200, using: &generator)))
+                case 2: bytes.insert(contentsOf: tokens.randomElement(using: &generator)!, at: min(position, bytes.count))
+                default: bytes = Array(bytes.prefix(position))
+                }
+            }
+            for decode in [{ _ = try VerifyReceiptResponse.decode(bytes) }, { _ = try ServerNotification.decode(bytes) }] {
+                do {
+                    try decode()
+                    decoded += 1
+                } catch {
+                    rejected += 1
+                }
+            }
+        }
+        return (decoded, rejected)
+    }
+
+    @Test func numbersBeyond64BitsAreErrorsNotTraps() {
+        #expect(throws: (any Error).self) { try VerifyReceiptResponse.decode(Array(#"{"status": 1e999}"#.utf8)) }
+        let huge = try? VerifyReceiptResponse.decode(Array(#"{"status": 0, "latest_receipt_info": [{"transaction_id": 99999999999999999999999, "product_id": "p", "expires_date_ms": "1e30"}]}"#.utf8))
+        #expect(huge == nil || huge?.latestReceiptInfo.first?.expiresDate == nil)
+    }
+}
