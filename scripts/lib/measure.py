@@ -1,0 +1,84 @@
+"""Runs one benchmark command and prints one Markdown table row of its figures.
+
+Client CPU and peak RSS come from getrusage of the child; the simulator's CPU from /proc; the
+PostgreSQL CPU from the postmaster's own and its children's times (reaped backends included)
+plus the backends still alive.
+"""
+import argparse, json, os, resource, subprocess, sys, time, urllib.request
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid, children=False):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # fields[11..14] are utime, stime, cutime, cstime (after pid and comm are cut off)
+    total = int(fields[11]) + int(fields[12])
+    if children:
+        total += int(fields[13]) + int(fields[14])
+    return total / TICKS
+
+
+def postgres_cpu(postmaster):
+    total = proc_cpu(postmaster, children=True)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+                if parent == postmaster:
+                    total += proc_cpu(int(entry))
+            except (FileNotFoundError, ProcessLookupError, ValueError):
+                pass
+    return total
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--simulator", type=int)
+    parser.add_argument("--postmaster", type=int)
+    parser.add_argument("--accounts", type=int)
+    parser.add_argument("--concurrency", type=int)
+    parser.add_argument("--latency-ms", type=float)
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--database-url")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    command = args.command[1:] if args.command and args.command[0] == "--" else args.command
+
+    def apple_requests():
+        with urllib.request.urlopen(f"http://127.0.0.1:{args.port}/__stats") as response:
+            return json.load(response)["apple_requests"]
+
+    simulator_before = proc_cpu(args.simulator)
+    postgres_before = postgres_cpu(args.postmaster)
+    requests_before = apple_requests()
+    started = time.monotonic()
+    completed = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wall = time.monotonic() - started
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    simulator = proc_cpu(args.simulator) - simulator_before
+    postgres = postgres_cpu(args.postmaster) - postgres_before
+    requests = apple_requests() - requests_before
+    if completed.returncode != 0:
+        sys.stderr.write(completed.stdout + completed.stderr)
+        sys.exit(f"the run failed with status {completed.returncode}")
+
+    # Every account's entitlement must match its answer: one row per account, entitled exactly when
+    # its expiry is ahead (the bench world keeps expiries out of the expiry lag's hour).
+    check = subprocess.run(
+        ["psql", "-At", args.database_url, "-c",
+         "SELECT count(*) FILTER (WHERE entitled = (expires_at > now())) || '/' || count(*) FROM iap.entitlements"],
+        stdout=subprocess.PIPE, text=True).stdout.strip()
+    if check != f"{args.accounts}/{args.accounts}":
+        sys.exit(f"wrong entitlements after the run: {check} right")
+    rate = args.accounts / wall
+    ceiling = args.concurrency / (args.latency_ms / 1000)
+    client_cpu = usage.ru_utime + usage.ru_stime
+    print(f"| {args.accounts:,} | {args.concurrency} | {wall:.1f} | {rate:,.0f} | {rate / ceiling:.2f} | "
+          f"{client_cpu * 1000 / args.accounts:.3f} | {usage.ru_maxrss / 1024:.0f} | {requests:,} | {simulator:.1f} | "
+          f"{postgres:.1f} | {postgres * 1000 / args.accounts:.3f} | {check} |")
+    sys.stdout.flush()
+
+
+main()
