@@ -98,15 +98,21 @@ struct AnswerGeneration: Sendable {
         }
     }
 
+    /// Writes the answer as JSON text directly: the simulator must stay cheap next to the client
+    /// it measures (a dictionary and JSONSerialization per answer cost it milliseconds).
     func answer(receiptData: String, environment: String, excludeOldTransactions: Bool) throws -> [UInt8] {
+        var json = JSONText()
         guard status == 0 || status == 21006 else {
-            return Array(try JSONSerialization.data(withJSONObject: ["status": status, "environment": environment]))
+            json.open()
+            json.field("status", raw: String(status))
+            json.field("environment", environment)
+            json.close()
+            return json.bytes
         }
-        var latestInfo: [[String: Any]] = []
-        var inApp: [[String: Any]] = []
-        var pending: [[String: Any]] = []
+        var chains: [[JSONText]] = []
+        var pending: [JSONText] = []
         for subscription in subscriptions {
-            var chain: [[String: Any]] = []
+            var chain: [JSONText] = []
             for index in 0..<subscription.renewals {
                 let purchase = subscription.startMilliseconds + Int64(index) * subscription.periodMilliseconds
                 let id = index == 0 ? subscription.originalTransactionId
@@ -115,90 +121,103 @@ struct AnswerGeneration: Sendable {
                     productId: subscription.productId, transactionId: id, originalTransactionId: subscription.originalTransactionId,
                     purchase: purchase, originalPurchase: subscription.startMilliseconds,
                     expires: purchase + subscription.periodMilliseconds, quantity: 1)
-                transaction["web_order_line_item_id"] = String(Int64(subscription.originalTransactionId.filter(\.isNumber).prefix(15)).map { $0 + 500_000_000 + Int64(index) } ?? Int64(index))
-                transaction["is_trial_period"] = index == 0 ? "true" : "false"
-                transaction["subscription_group_identifier"] = subscription.group
-                transaction["in_app_ownership_type"] = subscription.ownership
+                let webOrder = Int64(subscription.originalTransactionId.filter(\.isNumber).prefix(15)).map { $0 + 500_000_000 + Int64(index) }
+                    ?? Int64(index)
+                transaction.field("web_order_line_item_id", String(webOrder))
+                transaction.field("is_trial_period", index == 0 ? "true" : "false")
+                transaction.field("subscription_group_identifier", subscription.group)
+                transaction.field("in_app_ownership_type", subscription.ownership)
                 if index == subscription.renewals - 1, let cancellation = subscription.cancellation {
                     Self.addCancellation(cancellation, to: &transaction)
                 }
+                transaction.close()
                 chain.append(transaction)
             }
-            inApp += chain
-            latestInfo += excludeOldTransactions ? Array(chain.suffix(1)) : chain
-            var renewal: [String: Any] = [
-                "original_transaction_id": subscription.originalTransactionId,
-                "product_id": subscription.productId,
-                "auto_renew_product_id": subscription.autoRenewProductId ?? subscription.productId,
-                "auto_renew_status": subscription.autoRenew ? "1" : "0",
-                "is_in_billing_retry_period": subscription.isInBillingRetry ? "1" : "0",
-            ]
-            if let intent = subscription.expirationIntent { renewal["expiration_intent"] = String(intent) }
-            if let grace = subscription.graceUntilMilliseconds {
-                renewal.merge(Self.dateFields("grace_period_expires_date", grace)) { $1 }
-            }
+            chains.append(chain)
+            var renewal = JSONText()
+            renewal.open()
+            renewal.field("original_transaction_id", subscription.originalTransactionId)
+            renewal.field("product_id", subscription.productId)
+            renewal.field("auto_renew_product_id", subscription.autoRenewProductId ?? subscription.productId)
+            renewal.field("auto_renew_status", subscription.autoRenew ? "1" : "0")
+            renewal.field("is_in_billing_retry_period", subscription.isInBillingRetry ? "1" : "0")
+            if let intent = subscription.expirationIntent { renewal.field("expiration_intent", String(intent)) }
+            if let grace = subscription.graceUntilMilliseconds { Self.dateFields("grace_period_expires_date", grace, into: &renewal) }
+            renewal.close()
             pending.append(renewal)
         }
+        var purchasesJSON: [JSONText] = []
         for purchase in purchases {
             var transaction = Self.transaction(
                 productId: purchase.productId, transactionId: purchase.transactionId, originalTransactionId: purchase.transactionId,
                 purchase: purchase.purchaseMilliseconds, originalPurchase: purchase.purchaseMilliseconds, expires: nil,
                 quantity: purchase.quantity)
-            transaction["is_trial_period"] = "false"
-            transaction["in_app_ownership_type"] = "PURCHASED"
+            transaction.field("is_trial_period", "false")
+            transaction.field("in_app_ownership_type", "PURCHASED")
             if let cancellation = purchase.cancellation { Self.addCancellation(cancellation, to: &transaction) }
-            inApp.append(transaction)
+            transaction.close()
+            purchasesJSON.append(transaction)
         }
-        latestInfo.sort { ($0["purchase_date_ms"] as? String ?? "") < ($1["purchase_date_ms"] as? String ?? "") }
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        var receipt: [String: Any] = [
-            "receipt_type": environment == "Sandbox" ? "ProductionSandbox" : "Production",
-            "adam_id": 0, "app_item_id": 0, "bundle_id": bundleId, "application_version": "1",
-            "download_id": 0, "version_external_identifier": 0, "original_application_version": "1.0",
-            "in_app": inApp,
-        ]
-        receipt.merge(Self.dateFields("receipt_creation_date", now - 60_000)) { $1 }
-        receipt.merge(Self.dateFields("request_date", now)) { $1 }
-        receipt.merge(Self.dateFields("original_purchase_date", 1_375_340_400_000)) { $1 }
-        var body: [String: Any] = [
-            "status": status, "environment": environment, "receipt": receipt,
-            "latest_receipt": latestReceipt ?? receiptData,
-        ]
+        json.open()
+        json.field("status", raw: String(status))
+        json.field("environment", environment)
+        json.key("receipt")
+        json.open()
+        json.field("receipt_type", environment == "Sandbox" ? "ProductionSandbox" : "Production")
+        for key in ["adam_id", "app_item_id", "download_id", "version_external_identifier"] { json.field(key, raw: "0") }
+        json.field("bundle_id", bundleId)
+        json.field("application_version", "1")
+        json.field("original_application_version", "1.0")
+        Self.dateFields("receipt_creation_date", now - 60_000, into: &json)
+        Self.dateFields("request_date", now, into: &json)
+        Self.dateFields("original_purchase_date", 1_375_340_400_000, into: &json)
+        json.key("in_app")
+        json.array(chains.flatMap { $0 } + purchasesJSON)
+        json.close()
+        json.field("latest_receipt", latestReceipt ?? receiptData)
         if !subscriptions.isEmpty {
-            body["latest_receipt_info"] = latestInfo
-            body["pending_renewal_info"] = pending
+            // Sorted by purchase date, as Apple sorts latest_receipt_info.
+            let latest = chains.flatMap { excludeOldTransactions ? Array($0.suffix(1)) : $0 }
+            json.key("latest_receipt_info")
+            json.array(latest.sorted { $0.sortKey < $1.sortKey })
+            json.key("pending_renewal_info")
+            json.array(pending)
         }
-        return Array(try JSONSerialization.data(withJSONObject: body))
+        json.close()
+        return json.bytes
     }
 
     static func transaction(
         productId: String, transactionId: String, originalTransactionId: String, purchase: Int64, originalPurchase: Int64,
         expires: Int64?, quantity: Int
-    ) -> [String: Any] {
-        var transaction: [String: Any] = [
-            "quantity": String(quantity), "product_id": productId, "transaction_id": transactionId,
-            "original_transaction_id": originalTransactionId, "is_in_intro_offer_period": "false",
-        ]
-        transaction.merge(dateFields("purchase_date", purchase)) { $1 }
-        transaction.merge(dateFields("original_purchase_date", originalPurchase)) { $1 }
-        if let expires { transaction.merge(dateFields("expires_date", expires)) { $1 } }
+    ) -> JSONText {
+        var transaction = JSONText()
+        transaction.sortKey = purchase
+        transaction.open()
+        transaction.field("quantity", String(quantity))
+        transaction.field("product_id", productId)
+        transaction.field("transaction_id", transactionId)
+        transaction.field("original_transaction_id", originalTransactionId)
+        transaction.field("is_in_intro_offer_period", "false")
+        dateFields("purchase_date", purchase, into: &transaction)
+        dateFields("original_purchase_date", originalPurchase, into: &transaction)
+        if let expires { dateFields("expires_date", expires, into: &transaction) }
         return transaction
     }
 
-    static func addCancellation(_ cancellation: Cancellation, to transaction: inout [String: Any]) {
-        transaction.merge(dateFields("cancellation_date", cancellation.atMilliseconds)) { $1 }
-        transaction["cancellation_reason"] = String(cancellation.reason)
-        if cancellation.isUpgrade { transaction["is_upgraded"] = "true" }
+    static func addCancellation(_ cancellation: Cancellation, to transaction: inout JSONText) {
+        dateFields("cancellation_date", cancellation.atMilliseconds, into: &transaction)
+        transaction.field("cancellation_reason", String(cancellation.reason))
+        if cancellation.isUpgrade { transaction.field("is_upgraded", "true") }
     }
 
     /// `name`, `name_ms` and `name_pst`, as Apple writes them. The display strings are only
     /// there for realistic sizes (nobody should read them): PST is written as UTC-8 all year.
-    static func dateFields(_ name: String, _ milliseconds: Int64) -> [String: Any] {
-        [
-            name: display(milliseconds) + " Etc/GMT",
-            name + "_ms": String(milliseconds),
-            name + "_pst": display(milliseconds - 8 * 3_600_000) + " America/Los_Angeles",
-        ]
+    static func dateFields(_ name: String, _ milliseconds: Int64, into json: inout JSONText) {
+        json.field(name, display(milliseconds) + " Etc/GMT")
+        json.field(name + "_ms", String(milliseconds))
+        json.field(name + "_pst", display(milliseconds - 8 * 3_600_000) + " America/Los_Angeles")
     }
 
     /// `yyyy-MM-dd HH:mm:ss` in UTC, without a (not thread-safe) formatter.
@@ -217,5 +236,69 @@ struct AnswerGeneration: Sendable {
         let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
         func two(_ value: Int64) -> String { value < 10 ? "0\(value)" : "\(value)" }
         return "\(year)-\(two(month))-\(two(day)) \(two(secondOfDay / 3600)):\(two(secondOfDay / 60 % 60)):\(two(secondOfDay % 60))"
+    }
+}
+
+/// JSON text written by appending: objects, arrays, string and raw fields.
+struct JSONText: Sendable {
+    var bytes: [UInt8] = []
+    /// Orders transactions by purchase date without parsing them back.
+    var sortKey: Int64 = 0
+    private var needsComma = false
+
+    init() {
+        bytes.reserveCapacity(1024)
+    }
+
+    mutating func open() {
+        bytes.append(UInt8(ascii: "{"))
+        needsComma = false
+    }
+
+    mutating func close() {
+        bytes.append(UInt8(ascii: "}"))
+        needsComma = true
+    }
+
+    mutating func key(_ name: String) {
+        if needsComma { bytes.append(UInt8(ascii: ",")) }
+        string(name)
+        bytes.append(UInt8(ascii: ":"))
+        needsComma = false
+    }
+
+    mutating func field(_ name: String, _ value: String) {
+        key(name)
+        string(value)
+        needsComma = true
+    }
+
+    mutating func field(_ name: String, raw value: String) {
+        key(name)
+        bytes.append(contentsOf: value.utf8)
+        needsComma = true
+    }
+
+    mutating func array(_ elements: [JSONText]) {
+        bytes.append(UInt8(ascii: "["))
+        for (index, element) in elements.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            bytes.append(contentsOf: element.bytes)
+        }
+        bytes.append(UInt8(ascii: "]"))
+        needsComma = true
+    }
+
+    private mutating func string(_ value: String) {
+        bytes.append(UInt8(ascii: "\""))
+        for byte in value.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): bytes.append(contentsOf: [0x5C, 0x22])
+            case UInt8(ascii: "\\"): bytes.append(contentsOf: [0x5C, 0x5C])
+            case 0..<0x20: bytes.append(contentsOf: Array(String(format: "\\u%04x", byte).utf8))
+            default: bytes.append(byte)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
     }
 }
