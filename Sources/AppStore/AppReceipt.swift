@@ -64,9 +64,9 @@ public enum ReceiptDecoder {
     /// Decodes base64 text (line breaks and spaces allowed) or raw DER/BER bytes.
     public static func decode(_ input: [UInt8]) throws(ReceiptDecodingError) -> DecodedReceipt {
         var bytes = input
-        let text = String(decoding: input, as: UTF8.self).filter { !$0.isWhitespace }
-        if input.first != 0x30, !text.isEmpty, let data = Data(base64Encoded: text) {
-            bytes = Array(data)
+        if input.first != 0x30 {
+            let text = withoutWhitespace(String(decoding: input, as: UTF8.self))
+            if !text.isEmpty, let data = Data(base64Encoded: text) { bytes = Array(data) }
         }
         guard !bytes.isEmpty else { throw ReceiptDecodingError("the receipt is empty") }
         if bytes.first == UInt8(ascii: "{") {

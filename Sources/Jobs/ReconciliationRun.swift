@@ -334,7 +334,7 @@ public final class ReconciliationRun: Sendable {
                 verified.append(VerifiedReceipt(receiptId: receipt.id, response: response, environment: environment))
                 update.verifiedAt = now
                 if let fresh = response.latestReceipt {
-                    let current = receipt.latestReceipt.filter { !$0.isWhitespace }
+                    let current = withoutWhitespace(receipt.latestReceipt)
                     if case .success(let compact) = VerifyReceiptClient.normalizedReceipt(fresh, maximumBytes: options.policy.maximumReceiptBytes) {
                         if compact != current {
                             update.latestReceipt = compact

@@ -140,14 +140,52 @@ public enum PostgresTimestamp {
         let (year, month, day) = civil(fromDays: days)
         let seconds = microOfDay / 1_000_000
         let fraction = microOfDay % 1_000_000
-        func pad(_ value: Int64, _ width: Int) -> String {
-            let digits = String(value)
-            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        // Written digit by digit: batches format hundreds of thousands of times.
+        var bytes = [UInt8](repeating: 0, count: 27)
+        func put(_ value: Int64, _ width: Int, at offset: Int) {
+            var value = value
+            for position in stride(from: offset + width - 1, through: offset, by: -1) {
+                bytes[position] = UInt8(48 + value % 10)
+                value /= 10
+            }
         }
-        let time = "\(pad(seconds / 3600, 2)):\(pad(seconds / 60 % 60, 2)):\(pad(seconds % 60, 2)).\(pad(fraction, 6))"
-        // Year 0 is 1 BC to PostgreSQL, which counts no year zero.
-        if year <= 0 { return "\(pad(1 - year, 4))-\(pad(month, 2))-\(pad(day, 2)) \(time)+00 BC" }
-        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(time)Z"
+        if year <= 0 || year > 9999 {
+            // Year 0 is 1 BC to PostgreSQL, which counts no year zero.
+            let time = String(decoding: Self.time(seconds, fraction), as: UTF8.self)
+            func pad(_ value: Int64, _ width: Int) -> String {
+                let digits = String(value)
+                return String(repeating: "0", count: max(0, width - digits.count)) + digits
+            }
+            if year <= 0 { return "\(pad(1 - year, 4))-\(pad(month, 2))-\(pad(day, 2)) \(time)+00 BC" }
+            return "\(year)-\(pad(month, 2))-\(pad(day, 2))T\(time)Z"
+        }
+        put(year, 4, at: 0)
+        bytes[4] = 45
+        put(month, 2, at: 5)
+        bytes[7] = 45
+        put(day, 2, at: 8)
+        bytes[10] = 84
+        bytes.replaceSubrange(11..<26, with: Self.time(seconds, fraction))
+        bytes[26] = 90
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// `HH:MM:SS.ffffff`.
+    private static func time(_ seconds: Int64, _ fraction: Int64) -> [UInt8] {
+        var bytes = [UInt8](repeating: 58, count: 15)
+        func put(_ value: Int64, _ width: Int, at offset: Int) {
+            var value = value
+            for position in stride(from: offset + width - 1, through: offset, by: -1) {
+                bytes[position] = UInt8(48 + value % 10)
+                value /= 10
+            }
+        }
+        put(seconds / 3600, 2, at: 0)
+        put(seconds / 60 % 60, 2, at: 3)
+        put(seconds % 60, 2, at: 6)
+        bytes[8] = 46
+        put(fraction, 6, at: 9)
+        return bytes
     }
 
     /// Parses `YYYY-MM-DD[ T]HH:MM:SS[.ffffff][+HH[:MM[:SS]]|Z]`; nil for anything else (including infinity and BC).
@@ -379,21 +417,24 @@ public struct PostgresTextArray: PostgresEncodable {
     public static var postgresType: PostgresType { .textArray }
 
     public var postgresText: String {
-        var text = "{"
+        // Built as bytes: a batch binds tens of thousands of values through here.
+        var bytes: [UInt8] = [UInt8(ascii: "{")]
+        bytes.reserveCapacity(elements.reduce(2) { $0 + ($1?.utf8.count ?? 4) + 3 })
         for (index, element) in elements.enumerated() {
-            if index > 0 { text += "," }
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
             guard let element else {
-                text += "NULL"
+                bytes.append(contentsOf: "NULL".utf8)
                 continue
             }
-            text += "\""
-            for character in element.unicodeScalars {
-                if character == "\"" || character == "\\" { text += "\\" }
-                text.unicodeScalars.append(character)
+            bytes.append(UInt8(ascii: "\""))
+            for byte in element.utf8 {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { bytes.append(UInt8(ascii: "\\")) }
+                bytes.append(byte)
             }
-            text += "\""
+            bytes.append(UInt8(ascii: "\""))
         }
-        return text + "}"
+        bytes.append(UInt8(ascii: "}"))
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
 
