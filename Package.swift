@@ -19,8 +19,11 @@ let package = Package(
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
 
+        // Dates as text without Foundation's formatters, shared by the modules below.
+        .target(name: "CivilCalendar"),
+
         // The only importer of libpq.
-        .target(name: "Postgres", dependencies: ["CLibPQ"]),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "CivilCalendar"]),
         // The only importer of libcurl.
         .target(name: "HTTP", dependencies: ["CCurl"]),
 
@@ -30,13 +33,13 @@ let package = Package(
         .target(name: "SchemaMigrations", dependencies: ["Postgres", logging], plugins: ["EmbedMigrations"]),
 
         // Apple's verifyReceipt protocol: models, client, retry policy, and the local simulator.
-        .target(name: "AppStore", dependencies: ["HTTP", logging, .product(name: "SwiftASN1", package: "swift-asn1")]),
+        .target(name: "AppStore", dependencies: ["HTTP", "CivilCalendar", logging, .product(name: "SwiftASN1", package: "swift-asn1")]),
 
         // The local verifyReceipt simulator that the demo, the tests and the benchmark talk to.
-        .target(name: "AppleSimulator"),
+        .target(name: "AppleSimulator", dependencies: ["CivilCalendar"]),
 
         // Entitlement rules, the diff and reports: pure functions, no I/O.
-        .target(name: "Reconciliation", dependencies: ["AppStore"]),
+        .target(name: "Reconciliation", dependencies: ["AppStore", "CivilCalendar"]),
 
         // The SQL of a run: due accounts in keyset pages, batch writes, applying corrections.
         .target(name: "Storage", dependencies: ["Postgres", "AppStore", "Reconciliation"]),

@@ -1,3 +1,4 @@
+import CivilCalendar
 import Foundation
 import SwiftASN1
 
@@ -270,13 +271,7 @@ public enum ReceiptDecoder {
         } else {
             return nil
         }
-        // Days since 1970-01-01 (Howard Hinnant's algorithm).
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yearOfEra = y - era * 400
-        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        let days = era * 146_097 + dayOfEra - 719_468
+        let days = Int(CivilCalendar.days(year: Int64(year), month: Int64(month), day: Int64(day)))
         let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset
         return Date(timeIntervalSince1970: Double(seconds) + fraction)
     }

@@ -1,3 +1,4 @@
+import CivilCalendar
 import Foundation
 
 /// A type that can be read from a column in PostgreSQL's text output format.
@@ -137,18 +138,11 @@ public enum PostgresTimestamp {
     /// `2026-11-22T07:12:00.123456Z`.
     public static func format(microsecondsSince1970 micros: Int64) -> String {
         let (days, microOfDay) = micros.floorDividedAndModulo(by: 86_400_000_000)
-        let (year, month, day) = civil(fromDays: days)
+        let (year, month, day) = CivilCalendar.date(days: days)
         let seconds = microOfDay / 1_000_000
         let fraction = microOfDay % 1_000_000
         // Written digit by digit: batches format hundreds of thousands of times.
         var bytes = [UInt8](repeating: 0, count: 27)
-        func put(_ value: Int64, _ width: Int, at offset: Int) {
-            var value = value
-            for position in stride(from: offset + width - 1, through: offset, by: -1) {
-                bytes[position] = UInt8(48 + value % 10)
-                value /= 10
-            }
-        }
         if year <= 0 || year > 9999 {
             // Year 0 is 1 BC to PostgreSQL, which counts no year zero.
             let time = String(decoding: Self.time(seconds, fraction), as: UTF8.self)
@@ -159,11 +153,11 @@ public enum PostgresTimestamp {
             if year <= 0 { return "\(pad(1 - year, 4))-\(pad(month, 2))-\(pad(day, 2)) \(time)+00 BC" }
             return "\(year)-\(pad(month, 2))-\(pad(day, 2))T\(time)Z"
         }
-        put(year, 4, at: 0)
+        CivilCalendar.putDigits(year, width: 4, into: &bytes, at: 0)
         bytes[4] = 45
-        put(month, 2, at: 5)
+        CivilCalendar.putDigits(month, width: 2, into: &bytes, at: 5)
         bytes[7] = 45
-        put(day, 2, at: 8)
+        CivilCalendar.putDigits(day, width: 2, into: &bytes, at: 8)
         bytes[10] = 84
         bytes.replaceSubrange(11..<26, with: Self.time(seconds, fraction))
         bytes[26] = 90
@@ -173,18 +167,11 @@ public enum PostgresTimestamp {
     /// `HH:MM:SS.ffffff`.
     private static func time(_ seconds: Int64, _ fraction: Int64) -> [UInt8] {
         var bytes = [UInt8](repeating: 58, count: 15)
-        func put(_ value: Int64, _ width: Int, at offset: Int) {
-            var value = value
-            for position in stride(from: offset + width - 1, through: offset, by: -1) {
-                bytes[position] = UInt8(48 + value % 10)
-                value /= 10
-            }
-        }
-        put(seconds / 3600, 2, at: 0)
-        put(seconds / 60 % 60, 2, at: 3)
-        put(seconds % 60, 2, at: 6)
+        CivilCalendar.putDigits(seconds / 3600, width: 2, into: &bytes, at: 0)
+        CivilCalendar.putDigits(seconds / 60 % 60, width: 2, into: &bytes, at: 3)
+        CivilCalendar.putDigits(seconds % 60, width: 2, into: &bytes, at: 6)
         bytes[8] = 46
-        put(fraction, 6, at: 9)
+        CivilCalendar.putDigits(fraction, width: 6, into: &bytes, at: 9)
         return bytes
     }
 
@@ -232,32 +219,11 @@ public enum PostgresTimestamp {
         }
         guard bytes.isEmpty, (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
         else { return nil }
-        let days = days(fromCivil: year, month, day)
+        let days = CivilCalendar.days(year: year, month: month, day: day)
         let secondsOfDay = hour * 3600 + minute * 60 + second - offsetSeconds
         return (days * 86_400 + secondsOfDay) * 1_000_000 + micros
     }
 
-    /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-    static func days(fromCivil year: Int64, _ month: Int64, _ day: Int64) -> Int64 {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yearOfEra = y - era * 400
-        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        return era * 146_097 + dayOfEra - 719_468
-    }
-
-    static func civil(fromDays days: Int64) -> (year: Int64, month: Int64, day: Int64) {
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let dayOfEra = z - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let mp = (5 * dayOfYear + 2) / 153
-        let day = dayOfYear - (153 * mp + 2) / 5 + 1
-        let month = mp < 10 ? mp + 3 : mp - 9
-        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
-    }
 }
 
 extension Int64 {

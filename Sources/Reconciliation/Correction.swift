@@ -1,3 +1,4 @@
+import CivilCalendar
 import Foundation
 
 /// One change to `iap.entitlements`, with the reason a person reads in the report.
@@ -178,26 +179,13 @@ public enum ReportDate {
         let fraction = milliseconds - seconds * 1000
         let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
         let secondOfDay = seconds - days * 86_400
-        let (year, month, day) = civil(days)
+        let (year, month, day) = CivilCalendar.date(days: days)
         func pad(_ value: Int64, _ width: Int) -> String {
             let text = String(value)
             return String(repeating: "0", count: max(0, width - text.count)) + text
         }
         return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(secondOfDay / 3600, 2)):\(pad(secondOfDay / 60 % 60, 2)):"
             + "\(pad(secondOfDay % 60, 2)).\(pad(fraction, 3))Z"
-    }
-
-    /// Proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
-    static func civil(_ days: Int64) -> (Int64, Int64, Int64) {
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let dayOfEra = z - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let mp = (5 * dayOfYear + 2) / 153
-        let day = dayOfYear - (153 * mp + 2) / 5 + 1
-        let month = mp < 10 ? mp + 3 : mp - 9
-        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 
     /// Parses what `timestamp` writes (and the same without milliseconds).

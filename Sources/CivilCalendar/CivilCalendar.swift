@@ -1,0 +1,36 @@
+/// Days and proleptic Gregorian dates, both ways, in UTC: Howard Hinnant's algorithms, exact for
+/// any year, with no Calendar or DateFormatter (slow, and not safe to share between threads).
+/// Shared by the modules that read or write dates as text.
+public enum CivilCalendar {
+    /// Days since 1970-01-01 of a date.
+    public static func days(year: Int64, month: Int64, day: Int64) -> Int64 {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146_097 + dayOfEra - 719_468
+    }
+
+    /// The date of a day count since 1970-01-01.
+    public static func date(days: Int64) -> (year: Int64, month: Int64, day: Int64) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
+    }
+
+    /// `value` as `width` decimal digits (zero-padded) written into `bytes` at `offset`.
+    public static func putDigits(_ value: Int64, width: Int, into bytes: inout [UInt8], at offset: Int) {
+        var value = value
+        for position in stride(from: offset + width - 1, through: offset, by: -1) {
+            bytes[position] = UInt8(48 + value % 10)
+            value /= 10
+        }
+    }
+}
