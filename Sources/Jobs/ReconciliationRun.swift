@@ -139,7 +139,7 @@ public final class ReconciliationRun: Sendable {
         if rejectedSecret { ending = .sharedSecretRejected }
 
         if !options.isDryRun {
-            let planned = try await writer.plannedRevokes(runId: summary.runId)
+            let planned = try await Self.retryingLostConnections(logger: logger) { try await writer.plannedRevokes(runId: summary.runId) }
             let accounts = summary.accountsProcessed + summary.accountsAdopted
             let ratio = accounts == 0 ? 0 : Double(planned.revokedAccounts) / Double(accounts)
             if accounts >= options.revokeRatioMinimumAccounts && ratio > options.maximumRevokeRatio {
@@ -150,7 +150,10 @@ public final class ReconciliationRun: Sendable {
             } else {
                 var after: Int64 = 0
                 while true {
-                    let result = try await writer.applyPlanned(runId: summary.runId, afterId: after, limit: options.batchSize, now: now)
+                    let cursor = after
+                    let result = try await Self.retryingLostConnections(logger: logger) {
+                        try await writer.applyPlanned(runId: summary.runId, afterId: cursor, limit: options.batchSize, now: now)
+                    }
                     guard let last = result.lastId else { break }
                     after = last
                     summary.correctionsApplied += result.applied
@@ -169,7 +172,8 @@ public final class ReconciliationRun: Sendable {
             summary.error = SharedSecretRejected(count: secretRejections.withLock { $0.total }).description
         }
         summary.finishedAt = Date()
-        try await writer.updateRun(summary)
+        let finished = summary
+        try await Self.retryingLostConnections(logger: logger) { try await writer.updateRun(finished) }
         try await report.finish(summary: summary, store: writer)
         try writeMetrics(summary)
         logger.info("run.finished", metadata: [
@@ -178,6 +182,23 @@ public final class ReconciliationRun: Sendable {
             "apple.requests": "\(summary.appleRequests)",
         ])
         return (summary, ending)
+    }
+
+    /// Runs `body` again when the database connection was lost (the server restarted, a network
+    /// blip): the connection reconnects on its next statement, and a transaction either committed
+    /// whole or not at all, so repeating it is safe. Gives up after about a minute.
+    static func retryingLostConnections<Result>(logger: Logger, _ body: () async throws -> Result) async throws -> Result {
+        var delay = Duration.milliseconds(500)
+        for attempt in 1... {
+            do {
+                return try await body()
+            } catch let error as PostgresError where error.isConnectionError && attempt < 8 {
+                logger.warning("database.retrying", metadata: ["attempt": "\(attempt)", "error": "\(error)"])
+                try await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(15))
+            }
+        }
+        preconditionFailure("unreachable")
     }
 
     private func writeMetrics(_ summary: RunSummary) throws {
@@ -228,7 +249,8 @@ public final class ReconciliationRun: Sendable {
                     var next = summary
                     for result in batch { next.add(result.counts) }
                     do {
-                        try await writer.connection.withTransaction { _ in
+                        try await Self.retryingLostConnections(logger: logger) {
+                          try await writer.connection.withTransaction { _ in
                             try await writer.writeBatch(
                                 runId: summary.runId, startedAt: now, receipts: batch.flatMap(\.receiptUpdates),
                                 ledger: batch.flatMap(\.ledger),
@@ -236,6 +258,7 @@ public final class ReconciliationRun: Sendable {
                                 verifiedAccounts: batch.filter { $0.counts.outcome == .verified }.map(\.accountId),
                                 isDryRun: options.isDryRun)
                             try await writer.updateRun(next)
+                          }
                         }
                         try report.appendFailures(batch.flatMap(\.failures))
                     } catch {
@@ -266,11 +289,13 @@ public final class ReconciliationRun: Sendable {
                     }
                     var after = ""
                     pages: while !shouldStop {
-                        let page = try await reader.accounts(after: after, limit: options.pageSize, selection: options.selection, now: now)
+                        let cursor = after
+                        let (page, receipts, stored) = try await Self.retryingLostConnections(logger: logger) {
+                            let page = try await reader.accounts(after: cursor, limit: options.pageSize, selection: options.selection, now: now)
+                            return (page, try await reader.receipts(of: page), try await reader.entitlements(of: page))
+                        }
                         guard let last = page.last else { break }
                         after = last
-                        let receipts = try await reader.receipts(of: page)
-                        let stored = try await reader.entitlements(of: page)
                         for accountId in page {
                             if shouldStop { break pages }
                             if inFlight >= window, let result = try await accounts.next() {

@@ -264,6 +264,7 @@ public struct ReconciliationStore: Sendable {
                 \(PostgresTextArray(corrections.map(\.reason)))::text[],
                 \(PostgresTextArray(try corrections.map { try EntitlementJSON.encode($0.before) }))::jsonb[],
                 \(PostgresTextArray(try corrections.map { try EntitlementJSON.encode($0.after) }))::jsonb[])
+            ON CONFLICT (run_id, account_id, product_id) WHERE status = 'planned' DO NOTHING
             """)
     }
 

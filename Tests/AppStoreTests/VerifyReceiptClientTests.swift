@@ -327,3 +327,36 @@ import TestSupport
             == .failure(.tooLarge(bytes: 400, limit: 100)))
     }
 }
+
+/// A storm of transient failures pauses all traffic instead of burning every receipt's attempts.
+@Suite struct StormGateTests {
+    @Test func aStormPausesAllTraffic() async throws {
+        var receipts: [String: Any] = [:]
+        for index in 0..<40 { receipts[receiptBlob("storm\(index)")] = ["faults": [["http": 503]], "repeat_faults": true] }
+        let simulator = try SimulatorProcess(scenario: ["receipts": receipts])
+        let gate = StormGate(window: 200, minimumSamples: 20, basePause: .milliseconds(400), maximumPause: .seconds(2))
+        let client = VerifyReceiptClient(
+            endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: "s",
+            policy: VerificationPolicy(maximumAttempts: 2, backoff: Backoff(base: .milliseconds(1), maximum: .milliseconds(2))),
+            concurrency: 40, stormGate: gate)
+        defer { client.shutdown() }
+        let started = ContinuousClock.now
+        let outcomes = await withTaskGroup(of: String.self) { group in
+            for index in 0..<40 { group.addTask { await client.verify(receipt: receiptBlob("storm\(index)")).name } }
+            return await group.reduce(into: [String]()) { $0.append($1) }
+        }
+        let elapsed = ContinuousClock.now - started
+        #expect(outcomes.allSatisfy { $0 == "deferred" })
+        #expect(gate.pauses >= 1)
+        // The second attempts waited out the pause instead of following the first ones at once.
+        #expect(elapsed >= .milliseconds(400), "\(elapsed)")
+    }
+
+    @Test func successesKeepTheGateOpen() {
+        let gate = StormGate(window: 10, minimumSamples: 4, basePause: .seconds(1))
+        for index in 0..<100 { gate.record(transientFailure: index % 3 == 0) }
+        #expect(gate.pauses == 0)
+        for _ in 0..<6 { gate.record(transientFailure: true) }
+        #expect(gate.pauses == 1)
+    }
+}

@@ -1,0 +1,58 @@
+import Foundation
+import Logging
+import Postgres
+import SchemaMigrations
+import Testing
+import TestSupport
+
+/// The database server restarted in the middle of a run: the run reconnects or fails cleanly,
+/// and a rerun converges on what an undisturbed run gives.
+@Suite struct DatabaseRestartTests {
+    @Test func aServerRestartMidRunConverges() async throws {
+        let cluster = try ThrowawayCluster()
+        let now = Date()
+        try await RunWorld.with("restartcalm", now: now) { calm in
+            let admin = try await PostgresConnection.connect(cluster.adminConnectionString)
+            try await admin.execute("CREATE DATABASE restarted")
+            await admin.close()
+            let url = cluster.adminConnectionString.replacingOccurrences(of: "dbname=postgres", with: "dbname=restarted")
+            let connection = try await PostgresConnection.connect(url)
+            try await Migrator(logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })).migrate(connection)
+            // The same accounts in both worlds; the restarted one answers slowly so the restart lands mid-run.
+            try await OperationsTests.populate(calm, count: 200)
+            let receipts = try await calm.connection.query("SELECT account_id, latest_receipt FROM iap.app_receipts ORDER BY id")
+            let slowed: [[PostgresBind]] = try receipts.map { row in
+                let blob: String = try row.decode("latest_receipt")
+                var spec = try JSONSerialization.jsonObject(with: Data(Data(base64Encoded: blob)!.dropFirst("simulated-receipt:".utf8.count))) as! [String: Any]
+                spec["faults"] = [["delay_ms": 25]]
+                spec["repeat_faults"] = true
+                return [PostgresBind(try row.decode("account_id", as: String.self)), PostgresBind(syntheticReceipt(spec))]
+            }
+            try await connection.copy(into: "iap.app_receipts", columns: ["account_id", "latest_receipt"], rows: slowed)
+            await connection.close()
+
+            var environment = OperationsTests.environment(calm)
+            environment["DATABASE_URL"] = url
+            let arguments = ["run", "--concurrency", "4", "--batch-size", "10", "--report-dir", calm.reportRoot.appending(path: "restart").path]
+            let cli = try CLIProcess(arguments, environment: environment)
+            try await Task.sleep(for: .milliseconds(600))
+            try cluster.restart()
+            let first = try await cli.wait()
+            #expect(first.status == 0 || first.status == 1, "\(first.stderr)")  // reconnected, or failed cleanly
+            let rerun = try await CLIProcess.run(arguments, environment: environment)
+            #expect(rerun.status == 0, "\(rerun.stderr)")
+
+            let (undisturbed, _) = try await calm.run(calm.options())
+            #expect(undisturbed.accountsProcessed == 200)
+            let restarted = try await PostgresConnection.connect(url)
+            let applied = try await restarted.query("""
+                SELECT account_id || '/' || product_id || '/' || kind || '/' || (after->>'state') || '/' || COALESCE(after->>'expires_at', '') AS c
+                FROM iap.corrections WHERE status = 'applied' ORDER BY 1
+                """).map { try $0.decode("c", as: String.self) }
+            #expect(applied == (try await OperationsTests.appliedCorrections(calm)))
+            let unverified = try await restarted.query("SELECT count(*) AS n FROM iap.app_receipts WHERE last_verified_at IS NULL")
+            #expect(try unverified[0].decode("n", as: Int.self) == 0)
+            await restarted.close()
+        }
+    }
+}
