@@ -19,13 +19,16 @@ let package = Package(
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
 
+        // A lock the thread sanitizer understands, shared by the modules below.
+        .target(name: "Locking"),
+
         // Dates as text without Foundation's formatters, shared by the modules below.
         .target(name: "CivilCalendar"),
 
         // The only importer of libpq.
-        .target(name: "Postgres", dependencies: ["CLibPQ", "CivilCalendar"]),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "CivilCalendar", "Locking"]),
         // The only importer of libcurl.
-        .target(name: "HTTP", dependencies: ["CCurl"]),
+        .target(name: "HTTP", dependencies: ["CCurl", "Locking"]),
 
         // Migrations/*.sql embedded into the binary at build time, and the code that applies them.
         .executableTarget(name: "embed-migrations"),
@@ -33,10 +36,10 @@ let package = Package(
         .target(name: "SchemaMigrations", dependencies: ["Postgres", logging], plugins: ["EmbedMigrations"]),
 
         // Apple's verifyReceipt protocol: models, client, retry policy, and the local simulator.
-        .target(name: "AppStore", dependencies: ["HTTP", "CivilCalendar", logging, .product(name: "SwiftASN1", package: "swift-asn1")]),
+        .target(name: "AppStore", dependencies: ["HTTP", "CivilCalendar", "Locking", logging, .product(name: "SwiftASN1", package: "swift-asn1")]),
 
         // The local verifyReceipt simulator that the demo, the tests and the benchmark talk to.
-        .target(name: "AppleSimulator", dependencies: ["CivilCalendar"]),
+        .target(name: "AppleSimulator", dependencies: ["CivilCalendar", "Locking"]),
 
         // Entitlement rules, the diff and reports: pure functions, no I/O.
         .target(name: "Reconciliation", dependencies: ["AppStore", "CivilCalendar"]),
@@ -45,7 +48,7 @@ let package = Package(
         .target(name: "Storage", dependencies: ["Postgres", "AppStore", "Reconciliation"]),
 
         // A run from start to report: the pipeline, safety limits, reports.
-        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "Reconciliation", "Postgres", logging]),
+        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "Reconciliation", "Postgres", "Locking", logging]),
 
         // The executable: commands, wiring, logging, exit codes.
         .executableTarget(

@@ -1,4 +1,4 @@
-import Synchronization
+import Locking
 
 /// At most `limit` holders at a time; the others wait in line (first come, first served).
 public final class ConcurrencyLimiter: Sendable {
@@ -8,10 +8,10 @@ public final class ConcurrencyLimiter: Sendable {
         var head = 0
     }
 
-    private let state: Mutex<State>
+    private let state: Locked<State>
 
     public init(limit: Int) {
-        state = Mutex(State(available: max(1, limit)))
+        state = Locked(State(available: max(1, limit)))
     }
 
     public func acquire() async {
@@ -55,11 +55,11 @@ public final class ConcurrencyLimiter: Sendable {
 /// Spaces requests at least `1/rate` seconds apart, across all tasks.
 public final class RateLimiter: Sendable {
     private let interval: Duration
-    private let next: Mutex<ContinuousClock.Instant>
+    private let next: Locked<ContinuousClock.Instant>
 
     public init(requestsPerSecond: Double) {
         interval = .nanoseconds(Int64(1_000_000_000 / max(requestsPerSecond, 0.001)))
-        next = Mutex(ContinuousClock.now)
+        next = Locked(ContinuousClock.now)
     }
 
     /// Waits for this caller's turn.

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import Locking
 
 /// Pauses all Apple traffic while Apple is in trouble, instead of letting every receipt burn
 /// its attempts in a few seconds: when more than half of the last requests (at least
@@ -19,14 +19,14 @@ public final class StormGate: Sendable {
     private let minimumSamples: Int
     private let basePause: Duration
     private let maximumPause: Duration
-    private let state: Mutex<State>
+    private let state: Locked<State>
 
     public init(window: Int = 200, minimumSamples: Int = 20, basePause: Duration = .seconds(1), maximumPause: Duration = .seconds(60)) {
         self.window = window
         self.minimumSamples = minimumSamples
         self.basePause = basePause
         self.maximumPause = maximumPause
-        state = Mutex(State(pause: basePause))
+        state = Locked(State(pause: basePause))
     }
 
     /// How many times traffic was paused.

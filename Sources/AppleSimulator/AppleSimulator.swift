@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import Locking
 
 /// A local stand-in for Apple's verifyReceipt endpoint, for the demo and the project's tests.
 ///
@@ -12,8 +12,8 @@ public final class AppleSimulator: Sendable {
     public static let syntheticPrefix = "simulated-receipt:"
 
     private let scenario: SimulationScenario
-    private let attempts = Mutex([String: Int]())
-    private let verifyRequests = Mutex(0)
+    private let attempts = Locked([String: Int]())
+    private let verifyRequests = Locked(0)
     private let server: LoopbackHTTPServer
 
     public var port: Int { server.port }

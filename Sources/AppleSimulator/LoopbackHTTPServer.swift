@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import Locking
 
 #if canImport(Glibc)
 import Glibc
@@ -36,7 +36,7 @@ public final class LoopbackHTTPServer: Sendable {
     private let listener: Int32
     private let handler: Handler
     private let latencyMilliseconds: Int
-    private let statistics = Mutex(Statistics())
+    private let statistics = Locked(Statistics())
 
     /// Listens on 127.0.0.1 (`port` 0 picks a free one).
     public init(host: String = "127.0.0.1", port: Int, latencyMilliseconds: Int = 0, handler: @escaping Handler) throws {

@@ -1,6 +1,6 @@
 import CCurl
 import Foundation
-import Synchronization
+import Locking
 
 /// Many HTTP requests in flight at once on one libcurl multi handle, with keep-alive,
 /// connection reuse and HTTP/2 multiplexing where the server offers it.
@@ -11,7 +11,7 @@ import Synchronization
 ///
 /// `Sendable`: the multi handle is only used on the loop thread (`curl_multi_wakeup`, which
 /// libcurl documents as callable from any thread, excepted); the queue shared with callers is
-/// behind a `Mutex`.
+/// behind a `Locked`.
 public final class HTTPClient: Sendable {
     public struct Configuration: Sendable {
         /// Connections kept open to one host. Requests beyond them wait in libcurl's queue
@@ -33,7 +33,7 @@ public final class HTTPClient: Sendable {
     }
 
     private nonisolated(unsafe) let multi: UnsafeMutableRawPointer
-    private let state = Mutex(SharedState())
+    private let state = Locked(SharedState())
     private let loopFinished = DispatchSemaphore(value: 0)
 
     public init(configuration: Configuration = Configuration()) {

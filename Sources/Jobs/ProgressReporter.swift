@@ -1,7 +1,7 @@
 import Foundation
 import Logging
 import Reconciliation
-import Synchronization
+import Locking
 
 /// Shows how far a run is: on a terminal, one line rewritten in place (done/total, rate, ETA);
 /// otherwise (cron, systemd) a structured log line per interval.
@@ -12,7 +12,7 @@ final class ProgressReporter: Sendable {
     private let total: Int?
     private let logger: Logger
     private let started = ContinuousClock.now
-    private let last = Mutex(ContinuousClock.now)
+    private let last = Locked(ContinuousClock.now)
 
     init(interval: Duration, total: Int?, logger: Logger) {
         self.interval = interval

@@ -4,7 +4,7 @@ import Logging
 import Postgres
 import Reconciliation
 import Storage
-import Synchronization
+import Locking
 
 /// One `run` or `backfill`: verify the selected accounts' receipts with Apple, plan the
 /// corrections, check the safety limit, apply, report.
@@ -47,10 +47,10 @@ public final class ReconciliationRun: Sendable {
     let connections: Connections
     let client: VerifyReceiptClient
     let logger: Logger
-    let stopRequested = Mutex(false)
+    let stopRequested = Locked(false)
     /// Set when the writer failed: the producer stops taking accounts.
-    let writerFailed = Mutex(false)
-    let secretRejections = Mutex((consecutive: 0, total: 0))
+    let writerFailed = Locked(false)
+    let secretRejections = Locked((consecutive: 0, total: 0))
     /// Consecutive 21004 answers that stop the run.
     let sharedSecretRejectionLimit: Int
 

@@ -1,6 +1,6 @@
 import CLibPQ
 import Foundation
-import Synchronization
+import Locking
 
 /// One connection to PostgreSQL through libpq.
 ///
@@ -356,7 +356,7 @@ func redactingQuotedText(_ message: String) -> String {
 /// Counts `PGconn`s allocated and not yet freed, by target, so tests can prove that every one is
 /// freed, failed connects included, while other tests run alongside.
 @_spi(Testing) public enum LiveConnections {
-    private static let counts = Mutex([String: Int]())
+    private static let counts = Locked([String: Int]())
 
     static func opened(_ target: String) { counts.withLock { $0[target, default: 0] += 1 } }
     static func finished(_ target: String) { counts.withLock { $0[target, default: 0] -= 1 } }

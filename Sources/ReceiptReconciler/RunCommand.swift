@@ -106,8 +106,22 @@ func parseTime(_ text: String) -> Date? {
     return formatter.date(from: text)
 }
 
+/// The last stop signal received (0: none). Written only by the signal handler, read by the watcher.
+nonisolated(unsafe) var stopSignal: Int32 = 0
+
+/// Catches SIGTERM and SIGINT into `stopSignal` instead of ending the process.
+func installStopSignalHandler() {
+    var action = sigaction()
+    action.__sigaction_handler.sa_handler = { number in stopSignal = number }
+    sigemptyset(&action.sa_mask)
+    action.sa_flags = SA_RESTART
+    sigaction(SIGTERM, &action, nil)
+    sigaction(SIGINT, &action, nil)
+}
+
 /// Connects, runs, reports, and maps the ending to the contract's exit status.
 func executeRun(_ options: RunOptions, common: RunCommandOptions, database: DatabaseOptions, logger: Logger) async throws {
+    installStopSignalHandler()
     let connectionString = try database.connectionString()
     let secret = try common.sharedSecret()
     let connections = ReconciliationRun.Connections(
@@ -121,18 +135,19 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     let run = ReconciliationRun(options: options, connections: connections, client: client, sharedSecret: secret, logger: logger)
 
     // SIGTERM and SIGINT: stop taking accounts, finish what is in flight, commit, end `interrupted`.
-    signal(SIGTERM, SIG_IGN)
-    signal(SIGINT, SIG_IGN)
-    let signals = [SIGTERM, SIGINT].map { number in
-        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-        source.setEventHandler {
-            logger.notice("run.stopping", metadata: ["signal": "\(number == SIGTERM ? "SIGTERM" : "SIGINT")"])
-            run.requestStop()
+    // The handler was installed first thing (a signal before that ends the process, which is
+    // safe: nothing was written yet); a watcher turns the flag into a request to the run.
+    let watcher = Task {
+        while !Task.isCancelled {
+            if stopSignal != 0 {
+                logger.notice("run.stopping", metadata: ["signal": "\(stopSignal == SIGTERM ? "SIGTERM" : "SIGINT")"])
+                run.requestStop()
+                return
+            }
+            try? await Task.sleep(for: .milliseconds(50))
         }
-        source.resume()
-        return source
     }
-    defer { signals.forEach { $0.cancel() } }
+    defer { watcher.cancel() }
 
     let result: (summary: RunSummary, ending: ReconciliationRun.Ending)
     do {

@@ -88,7 +88,12 @@ import TestSupport
             try await Self.populate(world, count: 400, latencyFault: 50)
             let cli = try CLIProcess(["run", "--concurrency", "8", "--batch-size", "10", "--report-dir", world.reportRoot.path],
                                      environment: Self.environment(world))
-            try await Task.sleep(for: .milliseconds(1_200))
+            // Signal once the run has committed its first batches, however slow the machine.
+            for _ in 0..<600 {
+                let processed = try await world.count("SELECT COALESCE(max(accounts_processed), 0) FROM iap.reconciliation_runs")
+                if processed >= 30 { break }
+                try await Task.sleep(for: .milliseconds(20))
+            }
             cli.signal(SIGTERM)
             let result = try await cli.wait()
             #expect(result.status == 1)
