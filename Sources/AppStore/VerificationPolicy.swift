@@ -76,6 +76,12 @@ public struct Backoff: Sendable {
         return grown > maximum ? maximum : grown
     }
 
+    /// A jittered delay from the system's generator (stateless: nothing is kept across awaits).
+    public func delay(afterAttempt attempt: Int) -> Duration {
+        var generator = SystemRandomNumberGenerator()
+        return delay(afterAttempt: attempt, using: &generator)
+    }
+
     public func delay(afterAttempt attempt: Int, using generator: inout some RandomNumberGenerator) -> Duration {
         let ceiling = ceiling(afterAttempt: attempt)
         let nanoseconds = ceiling.components.seconds * 1_000_000_000 + ceiling.components.attoseconds / 1_000_000_000

@@ -83,7 +83,6 @@ public final class VerifyReceiptClient: Sendable {
         }
         let body = requestBody(receiptData)
         var environment = knownEnvironment ?? .production
-        var generator = SystemRandomNumberGenerator()
 
         for attempt in 1...policy.maximumAttempts {
             outcome.attempts = attempt
@@ -119,7 +118,7 @@ public final class VerifyReceiptClient: Sendable {
                     outcome.result = .deferred(reason: reason + "; Apple asked to wait \(retryAfter), longer than this run waits")
                     return outcome
                 }
-                let delay = max(retryAfter ?? .zero, policy.backoff.delay(afterAttempt: attempt, using: &generator))
+                let delay = max(retryAfter ?? .zero, policy.backoff.delay(afterAttempt: attempt))
                 logger.debug("apple.retry", metadata: [
                     "apple.attempt": "\(attempt)", "apple.reason": "\(reason)", "apple.delay": "\(delay)",
                 ])
