@@ -113,18 +113,25 @@ import TestSupport
         let now = Date()
         try await RunWorld.with("sigkill", now: now) { killed in
             try await RunWorld.with("calm", now: now) { calm in
-                try await Self.populate(killed, count: 300, latencyFault: 20)
+                try await Self.populate(killed, count: 300, latencyFault: 100)
                 try await Self.populate(calm, count: 300)
                 let arguments = ["run", "--concurrency", "8", "--batch-size", "7", "--report-dir", killed.reportRoot.path]
-                for delay in [700, 1_500] {
+                for round in 1...2 {
                     let cli = try CLIProcess(arguments, environment: Self.environment(killed))
-                    try await Task.sleep(for: .milliseconds(delay))
+                    // Kill once this run has committed batches of its own, however slow the machine.
+                    for _ in 0..<750 {
+                        let processed = try await killed.count("""
+                            SELECT COALESCE((SELECT accounts_processed FROM iap.reconciliation_runs WHERE id = \(round)), 0)
+                            """)
+                        if processed >= 20 { break }
+                        try await Task.sleep(for: .milliseconds(20))
+                    }
                     cli.signal(SIGKILL)
                     _ = try await cli.wait()
                 }
                 let rerun = try await CLIProcess.run(arguments, environment: Self.environment(killed))
                 #expect(rerun.status == 0, "\(rerun.stderr)")
-                #expect(try await killed.count("SELECT count(*) FROM iap.reconciliation_runs WHERE status = 'interrupted'") >= 1)
+                #expect(try await killed.count("SELECT count(*) FROM iap.reconciliation_runs WHERE status = 'interrupted'") == 2)
                 let (undisturbed, _) = try await calm.run(calm.options())
                 #expect(undisturbed.accountsProcessed == 300)
                 let expected = try await Self.appliedCorrections(calm)
