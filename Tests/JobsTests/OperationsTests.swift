@@ -113,13 +113,14 @@ import TestSupport
         let now = Date()
         try await RunWorld.with("sigkill", now: now) { killed in
             try await RunWorld.with("calm", now: now) { calm in
-                try await Self.populate(killed, count: 300, latencyFault: 100)
+                // About ten seconds a run (27 accounts/s), so each kill lands mid-run even on a slow, sanitized build.
+                try await Self.populate(killed, count: 300, latencyFault: 150)
                 try await Self.populate(calm, count: 300)
-                let arguments = ["run", "--concurrency", "8", "--batch-size", "7", "--report-dir", killed.reportRoot.path]
+                let arguments = ["run", "--concurrency", "4", "--batch-size", "7", "--report-dir", killed.reportRoot.path]
                 for round in 1...2 {
                     let cli = try CLIProcess(arguments, environment: Self.environment(killed))
                     // Kill once this run has committed batches of its own, however slow the machine.
-                    for _ in 0..<750 {
+                    for _ in 0..<1_500 {
                         let processed = try await killed.count("""
                             SELECT COALESCE((SELECT accounts_processed FROM iap.reconciliation_runs WHERE id = \(round)), 0)
                             """)
