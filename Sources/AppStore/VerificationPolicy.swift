@@ -76,10 +76,13 @@ public struct Backoff: Sendable {
         return grown > maximum ? maximum : grown
     }
 
-    /// A jittered delay from the system's generator (stateless: nothing is kept across awaits).
+    /// A jittered delay from the system's generator. No generator variable of ours: the thread
+    /// sanitizer mistakes a reused async-task frame for a race on one.
     public func delay(afterAttempt attempt: Int) -> Duration {
-        var generator = SystemRandomNumberGenerator()
-        return delay(afterAttempt: attempt, using: &generator)
+        let ceiling = ceiling(afterAttempt: attempt)
+        let nanoseconds = ceiling.components.seconds * 1_000_000_000 + ceiling.components.attoseconds / 1_000_000_000
+        guard nanoseconds > 0 else { return .zero }
+        return .nanoseconds(Int64.random(in: 0...nanoseconds))
     }
 
     public func delay(afterAttempt attempt: Int, using generator: inout some RandomNumberGenerator) -> Duration {

@@ -7,6 +7,7 @@ import Logging
 import Postgres
 import Reconciliation
 import Storage
+import Synchronization
 
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -106,13 +107,13 @@ func parseTime(_ text: String) -> Date? {
     return formatter.date(from: text)
 }
 
-/// The last stop signal received (0: none). Written only by the signal handler, read by the watcher.
-nonisolated(unsafe) var stopSignal: Int32 = 0
+/// The last stop signal received (0: none). Atomic: written by the signal handler, read by the watcher.
+let stopSignal = Atomic<Int32>(0)
 
 /// Catches SIGTERM and SIGINT into `stopSignal` instead of ending the process.
 func installStopSignalHandler() {
     var action = sigaction()
-    action.__sigaction_handler.sa_handler = { number in stopSignal = number }
+    action.__sigaction_handler.sa_handler = { number in stopSignal.store(number, ordering: .relaxed) }
     sigemptyset(&action.sa_mask)
     action.sa_flags = SA_RESTART
     sigaction(SIGTERM, &action, nil)
@@ -139,8 +140,9 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     // safe: nothing was written yet); a watcher turns the flag into a request to the run.
     let watcher = Task {
         while !Task.isCancelled {
-            if stopSignal != 0 {
-                logger.notice("run.stopping", metadata: ["signal": "\(stopSignal == SIGTERM ? "SIGTERM" : "SIGINT")"])
+            let received = stopSignal.load(ordering: .relaxed)
+            if received != 0 {
+                logger.notice("run.stopping", metadata: ["signal": "\(received == SIGTERM ? "SIGTERM" : "SIGINT")"])
                 run.requestStop()
                 return
             }

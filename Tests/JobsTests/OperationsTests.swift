@@ -96,7 +96,7 @@ import TestSupport
             }
             cli.signal(SIGTERM)
             let result = try await cli.wait()
-            #expect(result.status == 1)
+            #expect(result.status == 1, "\(result.stderr.suffix(4000))")
             #expect(result.stdout.contains("interrupted"))
             let run = try await world.connection.query("SELECT status, accounts_processed FROM iap.reconciliation_runs")
             #expect(try run[0].decode("status", as: String.self) == "interrupted")

@@ -43,6 +43,10 @@ public struct TestDatabase: Sendable {
     }
 }
 
+/// True in the thread-sanitized run (`RR_SANITIZE=thread scripts/test`): everything runs several
+/// times slower there, so tests that measure time or overlap prove nothing and are left to the plain run.
+public let isSanitizedRun = ProcessInfo.processInfo.environment["RR_SANITIZE"] != nil
+
 public struct TestSetupError: Error, CustomStringConvertible {
     public var description: String
     public init(description: String) { self.description = description }
