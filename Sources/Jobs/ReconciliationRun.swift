@@ -116,8 +116,18 @@ public final class ReconciliationRun: Sendable {
             try await writer.updateRun(summary)
         }
 
-        let report = try RunReportWriter(
-            directory: options.reportDirectory ?? URL(filePath: "reports").appending(path: "run-\(summary.runId)"), runId: summary.runId)
+        let report: RunReportWriter
+        do {
+            report = try RunReportWriter(
+                directory: options.reportDirectory ?? URL(filePath: "reports").appending(path: "run-\(summary.runId)"))
+        } catch {
+            // Without a report the run does not start: record it as failed, not left `running`.
+            summary.status = "failed"
+            summary.error = "\(error)"
+            summary.finishedAt = Date()
+            try? await writer.updateRun(summary)
+            throw error
+        }
         do {
             let rules = EntitlementRules(catalog: try await reader.catalog(), sandboxPolicy: options.sandboxPolicy)
             summary = try await verifyAndPlan(now: now, rules: rules, reader: reader, writer: writer, summary: summary,

@@ -18,9 +18,10 @@ public struct FailureRecord: Sendable {
 /// `summary.md`. Files are written to a temporary name and renamed, so a reader never sees half a file.
 public final class RunReportWriter: @unchecked Sendable {
     // Used by the run's writer task only, one batch at a time.
-    public let directory: URL?
+    public let directory: URL
+    /// Open until `finish`.
     private var failures: FileHandle?
-    private let failuresTemporary: URL?
+    private let failuresTemporary: URL
 
     public static let failuresHeader = ["account_id", "receipt_id", "outcome", "apple_status", "attempts", "endpoints", "reason"]
     public static let correctionsHeader = [
@@ -28,20 +29,15 @@ public final class RunReportWriter: @unchecked Sendable {
         "after_state", "before_expires_at", "after_expires_at", "environment",
     ]
 
-    init(directory: URL?, runId: Int64) throws {
+    init(directory: URL) throws {
         self.directory = directory
-        guard let directory else {
-            failuresTemporary = nil
-            return
-        }
+        failuresTemporary = directory.appending(path: ".failures.csv.partial")
         do {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            let temporary = directory.appending(path: ".failures.csv.partial")
-            guard FileManager.default.createFile(atPath: temporary.path, contents: Data(CSV.row(Self.failuresHeader).utf8)) else {
+            guard FileManager.default.createFile(atPath: failuresTemporary.path, contents: Data(CSV.row(Self.failuresHeader).utf8)) else {
                 throw ReportError(description: "cannot write the report in \(directory.path)")
             }
-            failuresTemporary = temporary
-            failures = try FileHandle(forWritingTo: temporary)
+            failures = try FileHandle(forWritingTo: failuresTemporary)
             try failures?.seekToEnd()
         } catch let error as ReportError {
             throw error
@@ -60,17 +56,14 @@ public final class RunReportWriter: @unchecked Sendable {
         do {
             try failures.write(contentsOf: Data(text.utf8))
         } catch {
-            throw ReportError(description: "cannot write failures.csv in \(directory?.path ?? ""): \(error.localizedDescription)")
+            throw ReportError(description: "cannot write failures.csv in \(directory.path): \(error.localizedDescription)")
         }
     }
 
     func finish(summary: RunSummary, store: ReconciliationStore) async throws {
-        guard let directory else { return }
         try? failures?.close()
         failures = nil
-        if let failuresTemporary {
-            try replace(directory.appending(path: "failures.csv"), with: failuresTemporary)
-        }
+        try Self.moveIntoPlace(failuresTemporary, directory.appending(path: "failures.csv"))
         try await Self.writeCorrections(runId: summary.runId, store: store, to: directory.appending(path: "corrections.csv"))
         try Self.write(RunReport.json(summary), to: directory.appending(path: "summary.json"))
         try Self.write(RunReport.markdown(summary), to: directory.appending(path: "summary.md"))
@@ -109,12 +102,8 @@ public final class RunReportWriter: @unchecked Sendable {
         }
     }
 
-    private func replace(_ url: URL, with temporary: URL) throws {
-        try Self.moveIntoPlace(temporary, url)
-    }
-
     /// rename(2): atomic, and replaces an older file of the same name.
-    static func moveIntoPlace(_ temporary: URL, _ url: URL) throws {
+    public static func moveIntoPlace(_ temporary: URL, _ url: URL) throws {
         guard rename(temporary.path, url.path) == 0 else {
             throw ReportError(description: "cannot write \(url.path): \(String(cString: strerror(errno)))")
         }

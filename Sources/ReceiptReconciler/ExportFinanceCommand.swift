@@ -92,9 +92,7 @@ final class CSVSink {
     func commit() throws {
         guard let temporary, let path else { return }
         try handle.close()
-        guard rename(temporary, path) == 0 else {
-            throw ReportError(description: "cannot write \(path): \(String(cString: strerror(errno)))")
-        }
+        try RunReportWriter.moveIntoPlace(URL(filePath: temporary), URL(filePath: path))
     }
 
     func discard() {

@@ -35,7 +35,7 @@ import TestSupport
     }
 
     @Test func failedConnectionSaysWhereAndLeaksNothing() async throws {
-        let port = try await unusedPort()
+        let port = freeLoopbackPort()
         let user = "leakcheck\(UInt32.random(in: 0...UInt32.max))"
         let connectionString = "host=127.0.0.1 port=\(port) user=\(user) password=hunter2-secret dbname=ledger connect_timeout=2"
         let target = PostgresConnection.describe(connectionString)
@@ -191,18 +191,4 @@ func residentBytes() -> Int {
     guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
     let pages = statm.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
     return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
-}
-
-/// A loopback port nobody listens on.
-func unusedPort() async throws -> Int {
-    let socketDescriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(socketDescriptor) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socketDescriptor, $0, length) } }
-    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socketDescriptor, $0, &length) } }
-    return Int(UInt16(bigEndian: address.sin_port))
 }

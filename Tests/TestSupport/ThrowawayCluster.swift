@@ -17,8 +17,7 @@ public final class ThrowawayCluster: @unchecked Sendable {
         self.bin = bin
         directory = URL(filePath: "/tmp").appending(path: "rr-cluster-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let socket = Darwinless.freePort()
-        port = socket
+        port = freeLoopbackPort()
         if getuid() == 0 {
             try Self.shell(["chown", "postgres:postgres", directory.path])
         }
@@ -59,17 +58,15 @@ public final class ThrowawayCluster: @unchecked Sendable {
     }
 }
 
-enum Darwinless {
-    /// A loopback port that was free a moment ago.
-    static func freePort() -> Int {
-        let socketDescriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(socketDescriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socketDescriptor, $0, length) } }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socketDescriptor, $0, &length) } }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
+/// A loopback port nobody listened on a moment ago (for a server to start, or a connection to fail).
+public func freeLoopbackPort() -> Int {
+    let socketDescriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(socketDescriptor) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socketDescriptor, $0, length) } }
+    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socketDescriptor, $0, &length) } }
+    return Int(UInt16(bigEndian: address.sin_port))
 }
