@@ -184,7 +184,17 @@ public final class ReconciliationRun: Sendable {
         summary.finishedAt = Date()
         let finished = summary
         try await Self.retryingLostConnections(logger: logger) { try await writer.updateRun(finished) }
-        try await report.finish(summary: summary, store: writer)
+        do {
+            try await report.finish(summary: summary, store: writer)
+        } catch {
+            // The run's work is committed; only its files are missing. Say so on the run's row too.
+            let missing = ReportNotWritten(runId: summary.runId, status: summary.status, cause: "\(error)")
+            summary.error = [summary.error, missing.description].compactMap { $0 }.joined(separator: "; ")
+            let recorded = summary
+            try? await writer.updateRun(recorded)
+            try? writeMetrics(summary)
+            throw missing
+        }
         try writeMetrics(summary)
         logger.info("run.finished", metadata: [
             "run.status": "\(summary.status)", "accounts": "\(summary.accountsProcessed)",
@@ -456,5 +466,18 @@ struct OptionsRecord: Encodable {
         maxRevokeRatio = options.maximumRevokeRatio
         shard = options.shardText
         excludeOldTransactions = options.policy.excludeOldTransactions
+    }
+}
+
+/// The run finished and its corrections are committed, but its report files could not all be
+/// written (a full disk): exit 1, so the operator looks, and `report` writes them later.
+public struct ReportNotWritten: Error, CustomStringConvertible {
+    public var runId: Int64
+    public var status: String
+    public var cause: String
+    public var description: String {
+        "run \(runId) ended \(status) and its work is committed, but its report is incomplete: \(cause); " +
+            "once there is room, write summary.md, summary.json or corrections.csv with " +
+            "`receipt-reconciler report \(runId) --format md|json|csv --output FILE`"
     }
 }

@@ -34,16 +34,11 @@ public final class RunReportWriter: @unchecked Sendable {
         failuresTemporary = directory.appending(path: ".failures.csv.partial")
         do {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            guard FileManager.default.createFile(atPath: failuresTemporary.path, contents: Data(CSV.row(Self.failuresHeader).utf8)) else {
-                throw ReportError(description: "cannot write the report in \(directory.path)")
-            }
-            failures = try FileHandle(forWritingTo: failuresTemporary)
-            try failures?.seekToEnd()
-        } catch let error as ReportError {
-            throw error
         } catch {
-            throw ReportError(description: "cannot write the report in \(directory.path): \(error.localizedDescription)")
+            throw ReportError(description: "cannot create the report directory \(directory.path): \(Self.reason(error))")
         }
+        failures = try Self.create(failuresTemporary, naming: directory.appending(path: "failures.csv"),
+                                   header: CSV.row(Self.failuresHeader))
     }
 
     func appendFailures(_ records: [FailureRecord]) throws {
@@ -53,17 +48,20 @@ public final class RunReportWriter: @unchecked Sendable {
             text += CSV.row([record.accountId, String(record.receiptId), record.outcome, record.appleStatus.map(String.init),
                              String(record.attempts), record.endpoints, record.reason])
         }
-        do {
-            try failures.write(contentsOf: Data(text.utf8))
-        } catch {
-            throw ReportError(description: "cannot write failures.csv in \(directory.path): \(error.localizedDescription)")
-        }
+        try Self.write(text, to: failures, naming: directory.appending(path: "failures.csv"))
     }
 
+    /// Writes the rest of the report. On failure (a full disk) no partial file is left behind: the
+    /// files already in place are whole, and the missing ones can be written later with `report`.
     func finish(summary: RunSummary, store: ReconciliationStore) async throws {
         try? failures?.close()
         failures = nil
-        try Self.moveIntoPlace(failuresTemporary, directory.appending(path: "failures.csv"))
+        do {
+            try Self.moveIntoPlace(failuresTemporary, directory.appending(path: "failures.csv"))
+        } catch {
+            try? FileManager.default.removeItem(at: failuresTemporary)
+            throw error
+        }
         try await Self.writeCorrections(runId: summary.runId, store: store, to: directory.appending(path: "corrections.csv"))
         try Self.write(RunReport.json(summary), to: directory.appending(path: "summary.json"))
         try Self.write(RunReport.markdown(summary), to: directory.appending(path: "summary.md"))
@@ -71,34 +69,36 @@ public final class RunReportWriter: @unchecked Sendable {
 
     /// `corrections.csv` of any run, streamed from the database.
     public static func writeCorrections(runId: Int64, store: ReconciliationStore, to url: URL) async throws {
-        let temporary = url.deletingLastPathComponent().appending(path: "." + url.lastPathComponent + ".partial")
-        guard FileManager.default.createFile(atPath: temporary.path, contents: Data(CSV.row(correctionsHeader).utf8)) else {
-            throw ReportError(description: "cannot write \(url.path)")
-        }
-        let handle = try FileHandle(forWritingTo: temporary)
-        defer { try? handle.close() }
-        try handle.seekToEnd()
-        var buffer = ""
-        try await store.forEachCorrection(runId: runId) { record in
-            buffer += CSV.row(RunReport.correctionFields(record))
-            if buffer.utf8.count > 1 << 16 {
-                try handle.write(contentsOf: Data(buffer.utf8))
-                buffer = ""
-            }
-        }
+        let temporary = partialName(url)
+        let handle = try create(temporary, naming: url, header: CSV.row(correctionsHeader))
         do {
-            try handle.write(contentsOf: Data(buffer.utf8))
+            var buffer = ""
+            try await store.forEachCorrection(runId: runId) { record in
+                buffer += CSV.row(RunReport.correctionFields(record))
+                if buffer.utf8.count > 1 << 16 {
+                    try write(buffer, to: handle, naming: url)
+                    buffer = ""
+                }
+            }
+            try write(buffer, to: handle, naming: url)
+            try close(handle, naming: url)
+            try moveIntoPlace(temporary, url)
         } catch {
-            throw ReportError(description: "cannot write \(url.path): \(error.localizedDescription)")
+            try? handle.close()
+            try? FileManager.default.removeItem(at: temporary)
+            throw error
         }
-        try Self.moveIntoPlace(temporary, url)
     }
 
     static func write(_ text: String, to url: URL) throws {
+        let temporary = partialName(url)
         do {
-            try Data(text.utf8).write(to: url, options: .atomic)
+            let handle = try create(temporary, naming: url, header: text)
+            try close(handle, naming: url)
+            try moveIntoPlace(temporary, url)
         } catch {
-            throw ReportError(description: "cannot write \(url.path): \(error.localizedDescription)")
+            try? FileManager.default.removeItem(at: temporary)
+            throw error
         }
     }
 
@@ -107,6 +107,60 @@ public final class RunReportWriter: @unchecked Sendable {
         guard rename(temporary.path, url.path) == 0 else {
             throw ReportError(description: "cannot write \(url.path): \(String(cString: strerror(errno)))")
         }
+    }
+
+    /// `.name.partial` beside `url`: the name a file has until it is whole.
+    static func partialName(_ url: URL) -> URL {
+        url.deletingLastPathComponent().appending(path: "." + url.lastPathComponent + ".partial")
+    }
+
+    /// Creates `temporary` holding `header`; errors name `url`, the file the reader expects.
+    private static func create(_ temporary: URL, naming url: URL, header: String) throws -> FileHandle {
+        guard FileManager.default.createFile(atPath: temporary.path, contents: nil) else {
+            throw ReportError(description: "cannot write \(url.path): \(String(cString: strerror(errno)))")
+        }
+        let handle: FileHandle
+        do {
+            handle = try FileHandle(forWritingTo: temporary)
+        } catch {
+            throw ReportError(description: "cannot write \(url.path): \(reason(error))")
+        }
+        do {
+            try write(header, to: handle, naming: url)
+        } catch {
+            try? handle.close()
+            try? FileManager.default.removeItem(at: temporary)
+            throw error
+        }
+        return handle
+    }
+
+    private static func write(_ text: String, to handle: FileHandle, naming url: URL) throws {
+        do {
+            try handle.write(contentsOf: Data(text.utf8))
+        } catch {
+            throw ReportError(description: "cannot write \(url.path): \(reason(error))")
+        }
+    }
+
+    /// Flushes to the disk, so a full disk shows here and not after the rename.
+    private static func close(_ handle: FileHandle, naming url: URL) throws {
+        do {
+            try handle.synchronize()
+            try handle.close()
+        } catch {
+            throw ReportError(description: "cannot write \(url.path): \(reason(error))")
+        }
+    }
+
+    /// The operating system's words for a failure ("No space left on device"), not Foundation's wrapper.
+    public static func reason(_ error: Error) -> String {
+        let nsError = error as NSError
+        if let underlying = nsError.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
+            return String(cString: strerror(Int32(underlying.code)))
+        }
+        if nsError.domain == NSPOSIXErrorDomain { return String(cString: strerror(Int32(nsError.code))) }
+        return error.localizedDescription
     }
 }
 

@@ -59,11 +59,13 @@ struct ExportFinanceCommand: AsyncParsableCommand {
     }
 }
 
-/// Stdout, or a file written aside and renamed into place when complete.
+/// Stdout, or a file written aside and renamed into place when complete. Buffers 64 KB at a time;
+/// every failure (a full disk) names the file and leaves no partial file behind.
 final class CSVSink {
     private let handle: FileHandle
     private let temporary: String?
     private let path: String?
+    private var buffer = ""
 
     init(path: String?) throws {
         self.path = path
@@ -76,22 +78,25 @@ final class CSVSink {
         let temporary = (directory.isEmpty ? "." : directory) + "/." + (path as NSString).lastPathComponent + ".partial"
         guard FileManager.default.createFile(atPath: temporary, contents: nil),
               let handle = FileHandle(forWritingAtPath: temporary)
-        else { throw ConfigurationError("cannot write \(path)") }
+        else { throw ReportError(description: "cannot write \(path): \(String(cString: strerror(errno)))") }
         self.handle = handle
         self.temporary = temporary
     }
 
     func write(_ text: String) throws {
-        do {
-            try handle.write(contentsOf: Data(text.utf8))
-        } catch {
-            throw ReportError(description: "cannot write \(path ?? "stdout"): \(error.localizedDescription)")
-        }
+        buffer += text
+        if buffer.utf8.count >= 1 << 16 { try flush() }
     }
 
     func commit() throws {
+        try flush()
         guard let temporary, let path else { return }
-        try handle.close()
+        do {
+            try handle.synchronize()
+            try handle.close()
+        } catch {
+            throw ReportError(description: "cannot write \(path): \(RunReportWriter.reason(error))")
+        }
         try RunReportWriter.moveIntoPlace(URL(filePath: temporary), URL(filePath: path))
     }
 
@@ -99,5 +104,15 @@ final class CSVSink {
         guard let temporary else { return }
         try? handle.close()
         unlink(temporary)
+    }
+
+    private func flush() throws {
+        guard !buffer.isEmpty else { return }
+        do {
+            try handle.write(contentsOf: Data(buffer.utf8))
+            buffer = ""
+        } catch {
+            throw ReportError(description: "cannot write \(path ?? "stdout"): \(RunReportWriter.reason(error))")
+        }
     }
 }

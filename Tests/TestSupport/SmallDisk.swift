@@ -1,0 +1,64 @@
+import Foundation
+
+/// A tmpfs of a few kilobytes mounted for one test: a disk that really fills up, with the kernel's
+/// own ENOSPC. Mounting needs root (CI runs as root); elsewhere `isAvailable` is false.
+public final class SmallDisk: @unchecked Sendable {
+    // Set once in init.
+    public let directory: URL
+
+    public static let isAvailable: Bool = {
+        guard let disk = try? SmallDisk(kilobytes: 16) else { return false }
+        disk.unmount()
+        return true
+    }()
+
+    public init(kilobytes: Int) throws {
+        directory = FileManager.default.temporaryDirectory.appending(path: "rr-small-disk-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let process = Process()
+        process.executableURL = URL(filePath: "/bin/mount")
+        process.arguments = ["-t", "tmpfs", "-o", "size=\(kilobytes)k", "tmpfs", directory.path]
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            try? FileManager.default.removeItem(at: directory)
+            throw TestSetupError(description: "cannot mount a tmpfs at \(directory.path) (not root?)")
+        }
+    }
+
+    /// Fills the disk to the last byte.
+    public func fill() {
+        let handle = FileHandle(forWritingAtPath: { () -> String in
+            let path = directory.appending(path: "filler").path
+            _ = FileManager.default.createFile(atPath: path, contents: nil)
+            return path
+        }())!
+        let block = Data(count: 4096)
+        while (try? handle.write(contentsOf: block)) != nil {}
+        let byte = Data(count: 1)
+        while (try? handle.write(contentsOf: byte)) != nil {}
+        try? handle.close()
+    }
+
+    public func free() {
+        try? FileManager.default.removeItem(at: directory.appending(path: "filler"))
+    }
+
+    /// Names in the directory tree, relative to it: what a test expects to find or not find.
+    public func files() -> [String] {
+        let enumerator = FileManager.default.enumerator(atPath: directory.path)
+        var names: [String] = []
+        while let name = enumerator?.nextObject() as? String { names.append(name) }
+        return names.sorted()
+    }
+
+    public func unmount() {
+        let process = Process()
+        process.executableURL = URL(filePath: "/bin/umount")
+        process.arguments = [directory.path]
+        try? process.run()
+        process.waitUntilExit()
+        try? FileManager.default.removeItem(at: directory)
+    }
+}
