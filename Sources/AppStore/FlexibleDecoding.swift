@@ -1,83 +1,211 @@
 import Foundation
 
-/// Apple's JSON as it really comes: numbers as strings or numbers, flags as "true"/"false",
-/// "1"/"0", true/false or 1/0, ids as strings or numbers. Every reader here returns nil for a
-/// missing key or JSON null, and throws only for a value no spelling can explain.
-struct AppleKey: CodingKey {
-    var stringValue: String
-    var intValue: Int? { nil }
-    init(_ string: String) { stringValue = string }
-    init?(stringValue: String) { self.stringValue = stringValue }
-    init?(intValue: Int) { nil }
-}
+/// One value of an answer, kept as its bytes until read: Apple's JSON as it really comes.
+/// Numbers come as strings or numbers, flags as "true"/"false", "1"/"0", true/false or 1/0, ids
+/// as strings or numbers. Every reader here returns nil for JSON null, and throws only for a value
+/// no spelling can explain. Valid only inside `AppleJSONReader.read`, whose bytes it points into.
+struct AppleJSONValue {
+    enum Kind { case object, array, string, number, bool, null }
 
-extension KeyedDecodingContainer where Key == AppleKey {
+    let kind: Kind
+    /// The value's text as it stands in the document (a string with its quotes).
+    let bytes: UnsafeBufferPointer<UInt8>
+    /// A string holding backslash escapes, which must be decoded to be read.
+    let escaped: Bool
+
     /// A string, or a number written as its decimal text (ids such as `transaction_id`).
-    func flexibleString(_ key: String) throws -> String? {
-        let key = AppleKey(key)
-        guard contains(key), try !decodeNil(forKey: key) else { return nil }
-        if let text = try? decode(String.self, forKey: key) { return text }
-        if let number = try? decode(Int64.self, forKey: key) { return String(number) }
-        if let number = try? decode(Double.self, forKey: key), number.rounded() == number, abs(number) < 1e18 {
-            return String(Int64(number))
+    func string() throws -> String? {
+        switch kind {
+        case .null: return nil
+        case .string:
+            let content = UnsafeBufferPointer(rebasing: bytes[1..<(bytes.count - 1)])
+            return escaped ? try Self.unescape(content) : String(decoding: content, as: UTF8.self)
+        case .number:
+            let text = String(decoding: bytes, as: UTF8.self)
+            if let number = Int64(text) { return String(number) }
+            if let number = Double(text), number.rounded() == number, abs(number) < 1e18 { return String(Int64(number)) }
+            throw AppleJSONError(description: "expected a string or a whole number, found \(text)")
+        case .bool: return bytes[0] == UInt8(ascii: "t") ? "true" : "false"
+        case .object, .array: throw AppleJSONError(description: "expected a string or a number, found \(kind)")
         }
-        if let flag = try? decode(Bool.self, forKey: key) { return flag ? "true" : "false" }
-        throw DecodingError.typeMismatch(
-            String.self, .init(codingPath: codingPath + [key], debugDescription: "expected a string or a number"))
     }
 
     /// An integer written as a number or as decimal text; empty text counts as missing.
-    func flexibleInt64(_ key: String) throws -> Int64? {
-        guard let text = try flexibleString(key)?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return nil }
+    func int64() throws -> Int64? {
+        if let number = fastInt64() { return number }
+        guard let text = try string()?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return nil }
         if let value = Int64(text) { return value }
         if let value = Double(text), value.rounded() == value, abs(value) < 9e18 { return Int64(value) }
-        throw DecodingError.dataCorrupted(
-            .init(codingPath: codingPath + [AppleKey(key)], debugDescription: "expected an integer"))
+        throw AppleJSONError(description: "expected an integer")
     }
 
-    func flexibleInt(_ key: String) throws -> Int? {
-        try flexibleInt64(key).map { Int($0) }
+    func int() throws -> Int? {
+        try int64().map { Int($0) }
     }
 
     /// A flag in any of Apple's spellings: true/false, "true"/"false", 1/0, "1"/"0".
-    func flexibleBool(_ key: String) throws -> Bool? {
-        let codingKey = AppleKey(key)
-        guard contains(codingKey), try !decodeNil(forKey: codingKey) else { return nil }
-        if let flag = try? decode(Bool.self, forKey: codingKey) { return flag }
-        if let number = try? decode(Int.self, forKey: codingKey) {
-            if number == 1 { return true }
-            if number == 0 { return false }
-        }
-        if let text = try? decode(String.self, forKey: codingKey) {
-            switch text.trimmingCharacters(in: .whitespaces).lowercased() {
+    func bool() throws -> Bool? {
+        switch kind {
+        case .null: return nil
+        case .bool: return bytes[0] == UInt8(ascii: "t")
+        case .number:
+            switch fastInt64() {
+            case 1: return true
+            case 0: return false
+            default: break
+            }
+        case .string:
+            switch try string()?.trimmingCharacters(in: .whitespaces).lowercased() {
             case "true", "1", "yes": return true
             case "false", "0", "no": return false
             case "": return nil
             default: break
             }
+        case .object, .array: break
         }
-        throw DecodingError.dataCorrupted(
-            .init(codingPath: codingPath + [codingKey], debugDescription: "expected a flag (true/false or 1/0)"))
+        throw AppleJSONError(description: "expected a flag (true/false or 1/0)")
     }
 
     /// A time from `<name>_ms` (milliseconds since 1970, string or number). When Apple left out
     /// the `_ms` field, the display field `<name>` is read instead if it holds milliseconds or
     /// `yyyy-MM-dd HH:mm:ss Etc/GMT` (legacy and hand-made answers do this).
-    func appleDate(_ name: String) throws -> Date? {
-        if let milliseconds = try flexibleInt64(name + "_ms") {
+    static func date(milliseconds: AppleJSONValue?, display: AppleJSONValue?) throws -> Date? {
+        if let milliseconds = try milliseconds?.int64() {
             return Date(milliseconds: milliseconds)
         }
-        guard let display = try? flexibleString(name), !display.isEmpty else { return nil }
+        guard let display = try? display?.string(), !display.isEmpty else { return nil }
         if let milliseconds = Int64(display) { return Date(milliseconds: milliseconds) }
         return AppleDisplayDate.parse(display)
     }
 
-    /// An array, or a single object where Apple sometimes sends one (legacy answers).
-    func flexibleArray<Element: Decodable>(_ key: String, of type: Element.Type) throws -> [Element] {
-        let codingKey = AppleKey(key)
-        guard contains(codingKey), try !decodeNil(forKey: codingKey) else { return [] }
-        if let array = try? decode([Element].self, forKey: codingKey) { return array }
-        return [try decode(Element.self, forKey: codingKey)]
+    /// Plain decimal digits (the usual `_ms` and id spellings) read straight from the bytes.
+    private func fastInt64() -> Int64? {
+        var start = 0
+        var end = bytes.count
+        if kind == .string {
+            guard !escaped else { return nil }
+            start = 1
+            end -= 1
+        } else if kind != .number {
+            return nil
+        }
+        var negative = false
+        if start < end, bytes[start] == UInt8(ascii: "-") {
+            negative = true
+            start += 1
+        }
+        guard end > start, end - start <= 18 else { return nil }
+        var value: Int64 = 0
+        for index in start..<end {
+            let digit = bytes[index] &- UInt8(ascii: "0")
+            guard digit < 10 else { return nil }
+            value = value * 10 + Int64(digit)
+        }
+        return negative ? -value : value
+    }
+
+    /// Decodes a string's escapes (checked by the reader already).
+    static func unescape(_ content: UnsafeBufferPointer<UInt8>) throws -> String {
+        var scalars = String.UnicodeScalarView()
+        var utf8: [UInt8] = []
+        var index = 0
+        func flush() {
+            if !utf8.isEmpty {
+                scalars.append(contentsOf: String(decoding: utf8, as: UTF8.self).unicodeScalars)
+                utf8.removeAll(keepingCapacity: true)
+            }
+        }
+        func hex4(_ at: Int) throws -> UInt32 {
+            guard at + 4 <= content.count else { throw AppleJSONError(description: "not valid JSON: a bad \\u escape") }
+            var value: UInt32 = 0
+            for offset in 0..<4 {
+                guard let digit = hexValue(content[at + offset]) else {
+                    throw AppleJSONError(description: "not valid JSON: a bad \\u escape")
+                }
+                value = value << 4 | UInt32(digit)
+            }
+            return value
+        }
+        while index < content.count {
+            let byte = content[index]
+            guard byte == UInt8(ascii: "\\"), index + 1 < content.count else {
+                utf8.append(byte)
+                index += 1
+                continue
+            }
+            flush()
+            let escape = content[index + 1]
+            index += 2
+            switch escape {
+            case UInt8(ascii: "b"): scalars.append("\u{08}")
+            case UInt8(ascii: "f"): scalars.append("\u{0C}")
+            case UInt8(ascii: "n"): scalars.append("\n")
+            case UInt8(ascii: "r"): scalars.append("\r")
+            case UInt8(ascii: "t"): scalars.append("\t")
+            case UInt8(ascii: "u"):
+                var code = try hex4(index)
+                index += 4
+                if (0xD800..<0xDC00).contains(code) {
+                    // A high surrogate must be followed by an escaped low one.
+                    guard index + 6 <= content.count, content[index] == UInt8(ascii: "\\"), content[index + 1] == UInt8(ascii: "u")
+                    else { throw AppleJSONError(description: "not valid JSON: a lone surrogate in a \\u escape") }
+                    let low = try hex4(index + 2)
+                    guard (0xDC00..<0xE000).contains(low) else {
+                        throw AppleJSONError(description: "not valid JSON: a lone surrogate in a \\u escape")
+                    }
+                    index += 6
+                    code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                }
+                guard let scalar = Unicode.Scalar(code) else {
+                    throw AppleJSONError(description: "not valid JSON: a lone surrogate in a \\u escape")
+                }
+                scalars.append(scalar)
+            default: scalars.append(Unicode.Scalar(escape))  // " \ /
+            }
+        }
+        flush()
+        return String(scalars)
+    }
+
+    static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}
+
+extension AppleJSONReader {
+    /// An array, or a single object where Apple sometimes sends one (legacy answers); null is empty.
+    mutating func flexibleArray<Element>(_ element: (inout AppleJSONReader) throws -> Element) throws -> [Element] {
+        switch try peek() {
+        case .null:
+            try skipValue()
+            return []
+        case .object:
+            return [try element(&self)]
+        default:
+            var elements: [Element] = []
+            try readArray { reader in elements.append(try element(&reader)) }
+            return elements
+        }
+    }
+}
+
+extension AppleJSONReader {
+    /// `read`, or when `lenient` and the value cannot be read, `fallback` (the value is passed over).
+    mutating func lenientIf<Value>(_ lenient: Bool, otherwise fallback: Value, _ read: (inout AppleJSONReader) throws -> Value) throws -> Value {
+        guard lenient else { return try read(&self) }
+        let saved = self
+        do {
+            return try read(&self)
+        } catch {
+            self = saved
+            try skipValue()
+            return fallback
+        }
     }
 }
 

@@ -2,7 +2,7 @@ import Foundation
 
 /// An App Store Server Notification (version 1), named as Apple names it. Decoding is as
 /// tolerant as for verifyReceipt answers; unknown notification types are kept as they came.
-public struct ServerNotification: Decodable, Sendable {
+public struct ServerNotification: Sendable {
     /// `DID_RENEW`, `REFUND`, `CANCEL`, `REVOKE`, `DID_CHANGE_RENEWAL_STATUS`, `CONSUMPTION_REQUEST`, ...
     public var notificationType: String
     /// The app's shared secret, as Apple sends it: compared in constant time, never logged.
@@ -22,44 +22,58 @@ public struct ServerNotification: Decodable, Sendable {
         public var description: String
     }
 
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: AppleKey.self)
-        guard let type = try? container.decode(String.self, forKey: AppleKey("notification_type")) else {
-            throw Invalid(description: "no notification_type string")
-        }
-        guard (try? container.nestedContainer(keyedBy: AppleKey.self, forKey: AppleKey("unified_receipt"))) != nil else {
-            throw Invalid(description: "no unified_receipt object")
-        }
-        notificationType = type
-        password = try? container.flexibleString("password")
-        environment = try? container.flexibleString("environment")
-        autoRenewStatus = try? container.flexibleBool("auto_renew_status")
-        autoRenewProductId = try? container.flexibleString("auto_renew_product_id")
-        expirationIntent = try? container.flexibleInt("expiration_intent")
-        bid = try? container.flexibleString("bid")
-        bvrs = try? container.flexibleString("bvrs")
-        originalTransactionId = try? container.flexibleString("original_transaction_id")
-        // Apple sometimes leaves status out of unified_receipt; it is a hint either way.
-        do {
-            unifiedReceipt = try container.decode(VerifyReceiptResponse.self, forKey: AppleKey("unified_receipt"))
-        } catch {
-            let nested = try container.nestedContainer(keyedBy: AppleKey.self, forKey: AppleKey("unified_receipt"))
-            unifiedReceipt = VerifyReceiptResponse(
-                status: (try? nested.flexibleInt("status")) ?? 0, environment: try? nested.flexibleString("environment"),
-                latestReceipt: try? nested.flexibleString("latest_receipt"),
-                latestReceiptInfo: (try? nested.flexibleArray("latest_receipt_info", of: Transaction.self)) ?? [],
-                pendingRenewalInfo: (try? nested.flexibleArray("pending_renewal_info", of: PendingRenewalInfo.self)) ?? [])
-        }
-    }
-
     /// Decodes a stored body; throws `Invalid` for one without a type or a unified receipt.
     public static func decode(_ body: some Collection<UInt8>) throws -> ServerNotification {
         do {
-            return try JSONDecoder().decode(ServerNotification.self, from: Data(body))
-        } catch let error as DecodingError {
-            if case .dataCorrupted(let context) = error, let invalid = context.underlyingError as? Invalid { throw invalid }
+            return try AppleJSONReader.read(body) { reader in try ServerNotification(reading: &reader) }
+        } catch let invalid as Invalid {
+            throw invalid
+        } catch {
             throw Invalid(description: "not a notification: \(error)")
         }
+    }
+
+    private init(reading reader: inout AppleJSONReader) throws {
+        var type, password, environment, autoRenewStatus, autoRenewProductId, expirationIntent: AppleJSONValue?
+        var bid, bvrs, originalTransactionId: AppleJSONValue?
+        var unifiedReceipt: VerifyReceiptResponse?
+        try reader.readObject { key, reader in
+            if key == "notification_type" { type = try reader.value() }
+            else if key == "password" { password = try reader.value() }
+            else if key == "environment" { environment = try reader.value() }
+            else if key == "auto_renew_status" { autoRenewStatus = try reader.value() }
+            else if key == "auto_renew_product_id" { autoRenewProductId = try reader.value() }
+            else if key == "expiration_intent" { expirationIntent = try reader.value() }
+            else if key == "bid" { bid = try reader.value() }
+            else if key == "bvrs" { bvrs = try reader.value() }
+            else if key == "original_transaction_id" { originalTransactionId = try reader.value() }
+            else if key == "unified_receipt", try reader.peek() == .object {
+                // Apple sometimes leaves status out of unified_receipt; it is a hint either way.
+                let saved = reader
+                do {
+                    unifiedReceipt = try VerifyReceiptResponse(reading: &reader, lenient: false)
+                } catch {
+                    reader = saved
+                    unifiedReceipt = try VerifyReceiptResponse(reading: &reader, lenient: true)
+                }
+            } else {
+                try reader.skipValue()
+            }
+        }
+        guard let type, type.kind == .string, let notificationType = try? type.string() else {
+            throw Invalid(description: "no notification_type string")
+        }
+        guard let unifiedReceipt else { throw Invalid(description: "no unified_receipt object") }
+        self.notificationType = notificationType
+        self.password = try? password?.string()
+        self.environment = try? environment?.string()
+        self.autoRenewStatus = try? autoRenewStatus?.bool()
+        self.autoRenewProductId = try? autoRenewProductId?.string()
+        self.expirationIntent = try? expirationIntent?.int()
+        self.bid = try? bid?.string()
+        self.bvrs = try? bvrs?.string()
+        self.originalTransactionId = try? originalTransactionId?.string()
+        self.unifiedReceipt = unifiedReceipt
     }
 
     /// `Production` or `Sandbox`, as the rest of the job spells environments.

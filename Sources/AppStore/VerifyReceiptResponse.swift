@@ -5,7 +5,7 @@ import Foundation
 /// Decoding is tolerant in the ways real answers require (see `FlexibleDecoding.swift`); only
 /// what the job reads is kept, and unknown fields are ignored. Unknown status codes are kept as
 /// numbers, never rejected.
-public struct VerifyReceiptResponse: Decodable, Sendable, Equatable {
+public struct VerifyReceiptResponse: Sendable, Equatable {
     /// 0 valid; 21006 valid but the subscription expired (legacy); 21002/21005/21009 and
     /// 21100-21199 are Apple's trouble; 21003, 21004, 21010 are the receipt's or the secret's.
     public var status: Int
@@ -35,36 +35,69 @@ public struct VerifyReceiptResponse: Decodable, Sendable, Equatable {
         self.pendingRenewalInfo = pendingRenewalInfo
     }
 
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: AppleKey.self)
-        guard let status = try container.flexibleInt("status") else {
-            throw DecodingError.keyNotFound(AppleKey("status"), .init(codingPath: [], debugDescription: "no status"))
-        }
-        self.status = status
-        environment = try container.flexibleString("environment")
-        isRetryable = try container.flexibleBool("is-retryable") ?? container.flexibleBool("is_retryable")
-        exception = try? container.flexibleString("exception")
-        receipt = try container.decodeIfPresent(Receipt.self, forKey: AppleKey("receipt"))
-        latestReceipt = try? container.flexibleString("latest_receipt")
-        // Legacy (iOS 6 style) answers put one object under latest_(expired_)receipt_info.
-        var latest = try container.flexibleArray("latest_receipt_info", of: Transaction.self)
-        if latest.isEmpty {
-            latest = try container.flexibleArray("latest_expired_receipt_info", of: Transaction.self)
-        }
-        latestReceiptInfo = latest
-        pendingRenewalInfo = try container.flexibleArray("pending_renewal_info", of: PendingRenewalInfo.self)
-    }
-
     /// Decodes an answer body; a UTF-8 byte order mark in front is skipped.
     public static func decode(_ body: some Collection<UInt8>) throws -> VerifyReceiptResponse {
-        var bytes = Array(body)
-        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { bytes.removeFirst(3) }
-        return try JSONDecoder().decode(VerifyReceiptResponse.self, from: Data(bytes))
+        try AppleJSONReader.read(body) { reader in try VerifyReceiptResponse(reading: &reader, lenient: false) }
+    }
+
+    /// Reads an answer object. `lenient` (a notification's `unified_receipt`, where status is a
+    /// hint) defaults a missing status to 0 and ignores fields it cannot read instead of throwing.
+    init(reading reader: inout AppleJSONReader, lenient: Bool) throws {
+        var status: AppleJSONValue?
+        var environment: AppleJSONValue?
+        var retryable: AppleJSONValue?
+        var retryableUnderscore: AppleJSONValue?
+        var exception: AppleJSONValue?
+        var latestReceipt: AppleJSONValue?
+        var receipt: Receipt?
+        var latest: [Transaction] = []
+        var latestExpired: [Transaction] = []
+        var pending: [PendingRenewalInfo] = []
+        try reader.readObject { key, reader in
+            if key == "status" {
+                status = try reader.value()
+            } else if key == "environment" {
+                environment = try reader.value()
+            } else if key == "is-retryable" {
+                retryable = try reader.value()
+            } else if key == "is_retryable" {
+                retryableUnderscore = try reader.value()
+            } else if key == "exception" {
+                exception = try reader.value()
+            } else if key == "latest_receipt" {
+                latestReceipt = try reader.value()
+            } else if key == "receipt", !lenient {
+                if try reader.peek() == .null { try reader.skipValue() } else { receipt = try Receipt(reading: &reader) }
+            } else if key == "latest_receipt_info" {
+                latest = try reader.lenientIf(lenient, otherwise: []) { try $0.flexibleArray { try Transaction(reading: &$0) } }
+            } else if key == "latest_expired_receipt_info", !lenient {
+                latestExpired = try reader.flexibleArray { try Transaction(reading: &$0) }
+            } else if key == "pending_renewal_info" {
+                pending = try reader.lenientIf(lenient, otherwise: []) { try $0.flexibleArray { try PendingRenewalInfo(reading: &$0) } }
+            } else {
+                try reader.skipValue()
+            }
+        }
+        if lenient {
+            self.status = (try? status?.int()) ?? 0
+            self.environment = try? environment?.string()
+        } else {
+            guard let status = try status?.int() else { throw AppleJSONError(description: "an answer without a status") }
+            self.status = status
+            self.environment = try environment?.string()
+            isRetryable = try retryable?.bool() ?? retryableUnderscore?.bool()
+            self.exception = try? exception?.string()
+        }
+        self.receipt = receipt
+        self.latestReceipt = try? latestReceipt?.string()
+        // Legacy (iOS 6 style) answers put one object under latest_(expired_)receipt_info.
+        latestReceiptInfo = latest.isEmpty ? latestExpired : latest
+        pendingRenewalInfo = pending
     }
 }
 
 /// The decoded receipt inside an answer (`receipt`).
-public struct Receipt: Decodable, Sendable, Equatable {
+public struct Receipt: Sendable, Equatable {
     /// `Production`, `ProductionSandbox`, ...
     public var receiptType: String?
     public var bundleId: String?
@@ -81,20 +114,37 @@ public struct Receipt: Decodable, Sendable, Equatable {
         self.inApp = inApp
     }
 
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: AppleKey.self)
-        receiptType = try container.flexibleString("receipt_type")
-        bundleId = try container.flexibleString("bundle_id") ?? container.flexibleString("bid")
-        applicationVersion = try container.flexibleString("application_version") ?? container.flexibleString("bvrs")
-        originalApplicationVersion = try container.flexibleString("original_application_version")
-        receiptCreationDate = try container.appleDate("receipt_creation_date")
-        requestDate = try container.appleDate("request_date")
-        originalPurchaseDate = try container.appleDate("original_purchase_date")
-        appItemId = try container.flexibleString("app_item_id")
-        let inApp = try container.flexibleArray("in_app", of: Transaction.self)
-        if inApp.isEmpty, try container.flexibleString("transaction_id") != nil {
-            // A legacy answer's receipt is itself one transaction.
-            self.inApp = [try Transaction(from: decoder)]
+    init(reading reader: inout AppleJSONReader) throws {
+        var receiptType, bundleId, bid, applicationVersion, bvrs, originalApplicationVersion: AppleJSONValue?
+        var creationMs, creation, requestMs, request, appItemId: AppleJSONValue?
+        // A legacy receipt is itself a transaction; `original_purchase_date` belongs to both.
+        var legacy = TransactionFields()
+        var inApp: [Transaction] = []
+        try reader.readObject { key, reader in
+            if key == "receipt_type" { receiptType = try reader.value() }
+            else if key == "bundle_id" { bundleId = try reader.value() }
+            else if key == "bid" { bid = try reader.value() }
+            else if key == "application_version" { applicationVersion = try reader.value() }
+            else if key == "bvrs" { bvrs = try reader.value() }
+            else if key == "original_application_version" { originalApplicationVersion = try reader.value() }
+            else if key == "receipt_creation_date_ms" { creationMs = try reader.value() }
+            else if key == "receipt_creation_date" { creation = try reader.value() }
+            else if key == "request_date_ms" { requestMs = try reader.value() }
+            else if key == "request_date" { request = try reader.value() }
+            else if key == "app_item_id" { appItemId = try reader.value() }
+            else if key == "in_app" { inApp = try reader.flexibleArray { try Transaction(reading: &$0) } }
+            else if try !legacy.take(key, &reader) { try reader.skipValue() }
+        }
+        self.receiptType = try receiptType?.string()
+        self.bundleId = try bundleId?.string() ?? bid?.string()
+        self.applicationVersion = try applicationVersion?.string() ?? bvrs?.string()
+        self.originalApplicationVersion = try originalApplicationVersion?.string()
+        receiptCreationDate = try AppleJSONValue.date(milliseconds: creationMs, display: creation)
+        requestDate = try AppleJSONValue.date(milliseconds: requestMs, display: request)
+        originalPurchaseDate = try AppleJSONValue.date(milliseconds: legacy.originalPurchaseDateMs, display: legacy.originalPurchaseDate)
+        self.appItemId = try appItemId?.string()
+        if inApp.isEmpty, try legacy.transactionId?.string() != nil {
+            self.inApp = [try Transaction(legacy)]
         } else {
             self.inApp = inApp
         }
@@ -102,7 +152,7 @@ public struct Receipt: Decodable, Sendable, Equatable {
 }
 
 /// One entry of `latest_receipt_info` or `receipt.in_app`.
-public struct Transaction: Decodable, Sendable, Equatable {
+public struct Transaction: Sendable, Equatable {
     public var transactionId: String
     public var originalTransactionId: String?
     public var productId: String
@@ -150,38 +200,80 @@ public struct Transaction: Decodable, Sendable, Equatable {
         self.inAppOwnershipType = inAppOwnershipType
     }
 
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: AppleKey.self)
-        guard let transactionId = try container.flexibleString("transaction_id") else {
-            throw DecodingError.keyNotFound(
-                AppleKey("transaction_id"), .init(codingPath: container.codingPath, debugDescription: "a transaction without transaction_id"))
+    init(reading reader: inout AppleJSONReader) throws {
+        var fields = TransactionFields()
+        try reader.readObject { key, reader in
+            if try !fields.take(key, &reader) { try reader.skipValue() }
         }
-        guard let productId = try container.flexibleString("product_id") else {
-            throw DecodingError.keyNotFound(
-                AppleKey("product_id"), .init(codingPath: container.codingPath, debugDescription: "a transaction without product_id"))
+        try self.init(fields)
+    }
+
+    fileprivate init(_ fields: TransactionFields) throws {
+        guard let transactionId = try fields.transactionId?.string() else {
+            throw AppleJSONError(description: "a transaction without transaction_id")
+        }
+        guard let productId = try fields.productId?.string() else {
+            throw AppleJSONError(description: "a transaction without product_id")
         }
         self.transactionId = transactionId
         self.productId = productId
-        originalTransactionId = try container.flexibleString("original_transaction_id")
-        quantity = try container.flexibleInt("quantity")
-        purchaseDate = try container.appleDate("purchase_date")
-        originalPurchaseDate = try container.appleDate("original_purchase_date")
-        expiresDate = try container.appleDate("expires_date")
-        cancellationDate = try container.appleDate("cancellation_date")
-        cancellationReason = try container.flexibleInt("cancellation_reason")
-        isUpgraded = try container.flexibleBool("is_upgraded")
-        isTrialPeriod = try container.flexibleBool("is_trial_period")
-        isInIntroOfferPeriod = try container.flexibleBool("is_in_intro_offer_period")
-        webOrderLineItemId = try container.flexibleString("web_order_line_item_id")
-        subscriptionGroupIdentifier = try container.flexibleString("subscription_group_identifier")
-        offerCodeRefName = try container.flexibleString("offer_code_ref_name")
-        promotionalOfferId = try container.flexibleString("promotional_offer_id")
-        inAppOwnershipType = try container.flexibleString("in_app_ownership_type")
+        originalTransactionId = try fields.originalTransactionId?.string()
+        quantity = try fields.quantity?.int()
+        purchaseDate = try AppleJSONValue.date(milliseconds: fields.purchaseDateMs, display: fields.purchaseDate)
+        originalPurchaseDate = try AppleJSONValue.date(milliseconds: fields.originalPurchaseDateMs, display: fields.originalPurchaseDate)
+        expiresDate = try AppleJSONValue.date(milliseconds: fields.expiresDateMs, display: fields.expiresDate)
+        cancellationDate = try AppleJSONValue.date(milliseconds: fields.cancellationDateMs, display: fields.cancellationDate)
+        cancellationReason = try fields.cancellationReason?.int()
+        isUpgraded = try fields.isUpgraded?.bool()
+        isTrialPeriod = try fields.isTrialPeriod?.bool()
+        isInIntroOfferPeriod = try fields.isInIntroOfferPeriod?.bool()
+        webOrderLineItemId = try fields.webOrderLineItemId?.string()
+        subscriptionGroupIdentifier = try fields.subscriptionGroupIdentifier?.string()
+        offerCodeRefName = try fields.offerCodeRefName?.string()
+        promotionalOfferId = try fields.promotionalOfferId?.string()
+        inAppOwnershipType = try fields.inAppOwnershipType?.string()
+    }
+}
+
+/// The members of one transaction object as they go by, read once the object is whole (a
+/// display date counts only when its `_ms` field is missing, which is known only at the end).
+private struct TransactionFields {
+    var transactionId, originalTransactionId, productId, quantity: AppleJSONValue?
+    var purchaseDateMs, purchaseDate, originalPurchaseDateMs, originalPurchaseDate: AppleJSONValue?
+    var expiresDateMs, expiresDate, cancellationDateMs, cancellationDate, cancellationReason: AppleJSONValue?
+    var isUpgraded, isTrialPeriod, isInIntroOfferPeriod, webOrderLineItemId: AppleJSONValue?
+    var subscriptionGroupIdentifier, offerCodeRefName, promotionalOfferId, inAppOwnershipType: AppleJSONValue?
+
+    /// Keeps the member if it is a transaction's; false (nothing consumed) otherwise.
+    mutating func take(_ key: AppleJSONKey, _ reader: inout AppleJSONReader) throws -> Bool {
+        if key == "transaction_id" { transactionId = try reader.value() }
+        else if key == "original_transaction_id" { originalTransactionId = try reader.value() }
+        else if key == "product_id" { productId = try reader.value() }
+        else if key == "quantity" { quantity = try reader.value() }
+        else if key == "purchase_date_ms" { purchaseDateMs = try reader.value() }
+        else if key == "purchase_date" { purchaseDate = try reader.value() }
+        else if key == "original_purchase_date_ms" { originalPurchaseDateMs = try reader.value() }
+        else if key == "original_purchase_date" { originalPurchaseDate = try reader.value() }
+        else if key == "expires_date_ms" { expiresDateMs = try reader.value() }
+        else if key == "expires_date" { expiresDate = try reader.value() }
+        else if key == "cancellation_date_ms" { cancellationDateMs = try reader.value() }
+        else if key == "cancellation_date" { cancellationDate = try reader.value() }
+        else if key == "cancellation_reason" { cancellationReason = try reader.value() }
+        else if key == "is_upgraded" { isUpgraded = try reader.value() }
+        else if key == "is_trial_period" { isTrialPeriod = try reader.value() }
+        else if key == "is_in_intro_offer_period" { isInIntroOfferPeriod = try reader.value() }
+        else if key == "web_order_line_item_id" { webOrderLineItemId = try reader.value() }
+        else if key == "subscription_group_identifier" { subscriptionGroupIdentifier = try reader.value() }
+        else if key == "offer_code_ref_name" { offerCodeRefName = try reader.value() }
+        else if key == "promotional_offer_id" { promotionalOfferId = try reader.value() }
+        else if key == "in_app_ownership_type" { inAppOwnershipType = try reader.value() }
+        else { return false }
+        return true
     }
 }
 
 /// One entry of `pending_renewal_info`: what happens at the next renewal of a chain.
-public struct PendingRenewalInfo: Decodable, Sendable, Equatable {
+public struct PendingRenewalInfo: Sendable, Equatable {
     public var originalTransactionId: String?
     public var productId: String?
     public var autoRenewProductId: String?
@@ -207,15 +299,28 @@ public struct PendingRenewalInfo: Decodable, Sendable, Equatable {
         self.priceConsentStatus = priceConsentStatus
     }
 
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: AppleKey.self)
-        originalTransactionId = try container.flexibleString("original_transaction_id")
-        productId = try container.flexibleString("product_id")
-        autoRenewProductId = try container.flexibleString("auto_renew_product_id")
-        autoRenewStatus = try container.flexibleBool("auto_renew_status")
-        expirationIntent = try container.flexibleInt("expiration_intent")
-        gracePeriodExpiresDate = try container.appleDate("grace_period_expires_date")
-        isInBillingRetryPeriod = try container.flexibleBool("is_in_billing_retry_period")
-        priceConsentStatus = try container.flexibleInt("price_consent_status")
+    init(reading reader: inout AppleJSONReader) throws {
+        var originalTransactionId, productId, autoRenewProductId, autoRenewStatus, expirationIntent: AppleJSONValue?
+        var graceMs, grace, billingRetry, priceConsent: AppleJSONValue?
+        try reader.readObject { key, reader in
+            if key == "original_transaction_id" { originalTransactionId = try reader.value() }
+            else if key == "product_id" { productId = try reader.value() }
+            else if key == "auto_renew_product_id" { autoRenewProductId = try reader.value() }
+            else if key == "auto_renew_status" { autoRenewStatus = try reader.value() }
+            else if key == "expiration_intent" { expirationIntent = try reader.value() }
+            else if key == "grace_period_expires_date_ms" { graceMs = try reader.value() }
+            else if key == "grace_period_expires_date" { grace = try reader.value() }
+            else if key == "is_in_billing_retry_period" { billingRetry = try reader.value() }
+            else if key == "price_consent_status" { priceConsent = try reader.value() }
+            else { try reader.skipValue() }
+        }
+        self.originalTransactionId = try originalTransactionId?.string()
+        self.productId = try productId?.string()
+        self.autoRenewProductId = try autoRenewProductId?.string()
+        self.autoRenewStatus = try autoRenewStatus?.bool()
+        self.expirationIntent = try expirationIntent?.int()
+        gracePeriodExpiresDate = try AppleJSONValue.date(milliseconds: graceMs, display: grace)
+        isInBillingRetryPeriod = try billingRetry?.bool()
+        self.priceConsentStatus = try priceConsent?.int()
     }
 }

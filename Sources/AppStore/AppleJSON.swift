@@ -1,0 +1,281 @@
+/// A validating single-pass JSON reader over bytes, for Apple's answers and notifications.
+///
+/// Decoding a verifyReceipt answer was most of the client's CPU with `JSONDecoder` (a tree of
+/// boxed values, three keyed lookups per tolerant field, thrown and caught errors). This reader
+/// walks the bytes once: the caller visits an object's members by key and keeps only the scalar
+/// values it needs as byte ranges (`AppleJSONValue`), read later with Apple's tolerance; the
+/// members it does not know are skipped, but still checked, so malformed JSON anywhere is an
+/// error, as it was.
+struct AppleJSONReader {
+    private let bytes: UnsafeBufferPointer<UInt8>
+    private var position: Int
+    private var depth = 0
+
+    /// Objects and arrays nest at most this deep: a hostile answer cannot exhaust the stack.
+    static let maximumDepth = 64
+
+    /// Reads `body` as one JSON document: `read` consumes the top-level value, and only white
+    /// space may follow it. A UTF-8 byte order mark in front is skipped.
+    static func read<Result>(_ body: some Collection<UInt8>, _ read: (inout AppleJSONReader) throws -> Result) throws -> Result {
+        func run(_ buffer: UnsafeBufferPointer<UInt8>) throws -> Result {
+            var reader = AppleJSONReader(bytes: buffer, position: 0)
+            if buffer.count >= 3, buffer[0] == 0xEF, buffer[1] == 0xBB, buffer[2] == 0xBF { reader.position = 3 }
+            let result = try read(&reader)
+            reader.skipWhitespace()
+            guard reader.position == buffer.count else { throw reader.syntaxError("text after the JSON value") }
+            return result
+        }
+        if let result = try body.withContiguousStorageIfAvailable(run) { return result }
+        return try Array(body).withUnsafeBufferPointer(run)
+    }
+
+    private init(bytes: UnsafeBufferPointer<UInt8>, position: Int) {
+        self.bytes = bytes
+        self.position = position
+    }
+
+    // MARK: Containers
+
+    /// Visits each member of the object that comes next; `member` must consume the value (read,
+    /// keep or skip it). Throws if the next value is not an object.
+    mutating func readObject(_ member: (AppleJSONKey, inout AppleJSONReader) throws -> Void) throws {
+        skipWhitespace()
+        guard position < bytes.count, bytes[position] == UInt8(ascii: "{") else { throw typeError("an object") }
+        try enter()
+        position += 1
+        while true {
+            skipWhitespace()
+            // Empty, or a comma before the end: tolerated, as Foundation's parser tolerates it.
+            if position < bytes.count, bytes[position] == UInt8(ascii: "}") {
+                position += 1
+                depth -= 1
+                return
+            }
+            let key = try readKey()
+            skipWhitespace()
+            guard position < bytes.count, bytes[position] == UInt8(ascii: ":") else { throw syntaxError("expected ':'") }
+            position += 1
+            try member(key, &self)
+            skipWhitespace()
+            guard position < bytes.count else { throw syntaxError("unterminated object") }
+            if bytes[position] == UInt8(ascii: ",") {
+                position += 1
+            } else if bytes[position] == UInt8(ascii: "}") {
+                position += 1
+                depth -= 1
+                return
+            } else {
+                throw syntaxError("expected ',' or '}'")
+            }
+        }
+    }
+
+    /// Visits each element of the array that comes next; `element` must consume it.
+    mutating func readArray(_ element: (inout AppleJSONReader) throws -> Void) throws {
+        skipWhitespace()
+        guard position < bytes.count, bytes[position] == UInt8(ascii: "[") else { throw typeError("an array") }
+        try enter()
+        position += 1
+        while true {
+            skipWhitespace()
+            if position < bytes.count, bytes[position] == UInt8(ascii: "]") {
+                position += 1
+                depth -= 1
+                return
+            }
+            try element(&self)
+            skipWhitespace()
+            guard position < bytes.count else { throw syntaxError("unterminated array") }
+            if bytes[position] == UInt8(ascii: ",") {
+                position += 1
+            } else if bytes[position] == UInt8(ascii: "]") {
+                position += 1
+                depth -= 1
+                return
+            } else {
+                throw syntaxError("expected ',' or ']'")
+            }
+        }
+    }
+
+    /// What comes next, without consuming it.
+    mutating func peek() throws -> AppleJSONValue.Kind {
+        skipWhitespace()
+        guard position < bytes.count else { throw syntaxError("unexpected end") }
+        switch bytes[position] {
+        case UInt8(ascii: "{"): return .object
+        case UInt8(ascii: "["): return .array
+        case UInt8(ascii: "\""): return .string
+        case UInt8(ascii: "t"), UInt8(ascii: "f"): return .bool
+        case UInt8(ascii: "n"): return .null
+        default: return .number
+        }
+    }
+
+    /// The next value, checked and kept as a byte range: a scalar to read later with Apple's
+    /// tolerance, or a container to report as the wrong type.
+    mutating func value() throws -> AppleJSONValue {
+        let kind = try peek()
+        let start = position
+        var escaped = false
+        switch kind {
+        case .object, .array: try skipContainer()
+        case .string: escaped = try skipString()
+        case .number: try skipNumber()
+        case .bool, .null: try skipLiteral()
+        }
+        return AppleJSONValue(kind: kind, bytes: UnsafeBufferPointer(rebasing: bytes[start..<position]), escaped: escaped)
+    }
+
+    /// Checks and passes over the next value.
+    mutating func skipValue() throws {
+        _ = try value()
+    }
+
+    // MARK: Scanning
+
+    private mutating func enter() throws {
+        depth += 1
+        guard depth <= Self.maximumDepth else { throw syntaxError("nested deeper than \(Self.maximumDepth) levels") }
+    }
+
+    private mutating func skipWhitespace() {
+        while position < bytes.count {
+            switch bytes[position] {
+            case 0x20, 0x0A, 0x0D, 0x09: position += 1
+            default: return
+            }
+        }
+    }
+
+    private mutating func skipContainer() throws {
+        if bytes[position] == UInt8(ascii: "{") {
+            try readObject { _, reader in try reader.skipValue() }
+        } else {
+            try readArray { reader in try reader.skipValue() }
+        }
+    }
+
+    private mutating func readKey() throws -> AppleJSONKey {
+        guard position < bytes.count, bytes[position] == UInt8(ascii: "\"") else { throw syntaxError("expected a member name") }
+        let start = position
+        let escaped = try skipString()
+        let raw = UnsafeBufferPointer(rebasing: bytes[(start + 1)..<(position - 1)])
+        if !escaped { return AppleJSONKey(bytes: raw, unescaped: nil) }
+        return AppleJSONKey(bytes: raw, unescaped: try AppleJSONValue.unescape(raw))
+    }
+
+    /// Passes over a string, checking its escapes and UTF-8; says whether it holds escapes.
+    private mutating func skipString() throws -> Bool {
+        position += 1  // the opening quote
+        var escaped = false
+        var asciiOnly = true
+        let start = position
+        while position < bytes.count {
+            let byte = bytes[position]
+            if byte == UInt8(ascii: "\"") {
+                if !asciiOnly, String(validating: UnsafeBufferPointer(rebasing: bytes[start..<position]), as: UTF8.self) == nil {
+                    throw syntaxError("a string that is not UTF-8")
+                }
+                position += 1
+                return escaped
+            }
+            if byte == UInt8(ascii: "\\") {
+                escaped = true
+                position += 1
+                guard position < bytes.count else { break }
+                switch bytes[position] {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+                     UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                    position += 1
+                case UInt8(ascii: "u"):
+                    guard position + 4 < bytes.count,
+                          (1...4).allSatisfy({ AppleJSONValue.hexValue(bytes[position + $0]) != nil })
+                    else { throw syntaxError("a bad \\u escape") }
+                    position += 5
+                default:
+                    throw syntaxError("a bad escape")
+                }
+                continue
+            }
+            guard byte >= 0x20 else { throw syntaxError("a control character inside a string") }
+            if byte >= 0x80 { asciiOnly = false }
+            position += 1
+        }
+        throw syntaxError("unterminated string")
+    }
+
+    private mutating func skipNumber() throws {
+        let start = position
+        if bytes[position] == UInt8(ascii: "-") { position += 1 }
+        guard position < bytes.count, isDigit(bytes[position]) else { throw syntaxError("an invalid value") }
+        if bytes[position] == UInt8(ascii: "0") {
+            position += 1
+        } else {
+            while position < bytes.count, isDigit(bytes[position]) { position += 1 }
+        }
+        if position < bytes.count, bytes[position] == UInt8(ascii: ".") {
+            position += 1
+            guard position < bytes.count, isDigit(bytes[position]) else { throw syntaxError("an invalid number") }
+            while position < bytes.count, isDigit(bytes[position]) { position += 1 }
+        }
+        if position < bytes.count, bytes[position] == UInt8(ascii: "e") || bytes[position] == UInt8(ascii: "E") {
+            position += 1
+            if position < bytes.count, bytes[position] == UInt8(ascii: "+") || bytes[position] == UInt8(ascii: "-") { position += 1 }
+            guard position < bytes.count, isDigit(bytes[position]) else { throw syntaxError("an invalid number") }
+            while position < bytes.count, isDigit(bytes[position]) { position += 1 }
+        }
+        // Like Foundation, refuse what a Double cannot hold (1e999); plain ids and `_ms` are short.
+        if position - start > 18 || bytes[start..<position].contains(where: { !isDigit($0) && $0 != UInt8(ascii: "-") }) {
+            guard let number = Double(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<position]), as: UTF8.self)),
+                  number.isFinite
+            else { throw syntaxError("a number too large for a Double") }
+        }
+    }
+
+    private mutating func skipLiteral() throws {
+        for literal in ["true", "false", "null"] as [StaticString] where bytes[position] == literal.utf8Start[0] {
+            let length = literal.utf8CodeUnitCount
+            guard position + length <= bytes.count,
+                  (0..<length).allSatisfy({ bytes[position + $0] == literal.utf8Start[$0] })
+            else { break }
+            position += length
+            return
+        }
+        throw syntaxError("an invalid value")
+    }
+
+    private func isDigit(_ byte: UInt8) -> Bool { byte &- UInt8(ascii: "0") < 10 }
+
+    private func syntaxError(_ what: String) -> AppleJSONError {
+        AppleJSONError(description: "not valid JSON: \(what) at byte \(position)")
+    }
+
+    private func typeError(_ expected: String) -> AppleJSONError {
+        AppleJSONError(description: "expected \(expected) at byte \(position)")
+    }
+}
+
+/// A member name, compared without building a `String` unless it holds escapes.
+struct AppleJSONKey {
+    let bytes: UnsafeBufferPointer<UInt8>
+    let unescaped: String?
+
+    static func == (key: AppleJSONKey, name: StaticString) -> Bool {
+        if let unescaped = key.unescaped { return unescaped == name.description }
+        guard key.bytes.count == name.utf8CodeUnitCount else { return false }
+        if key.bytes.isEmpty { return true }
+        return memcmp(key.bytes.baseAddress!, name.utf8Start, key.bytes.count) == 0
+    }
+}
+
+/// A malformed document, or a value of a type no spelling of Apple's explains.
+public struct AppleJSONError: Error, CustomStringConvertible {
+    public var description: String
+}
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
