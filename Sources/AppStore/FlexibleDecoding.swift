@@ -55,6 +55,17 @@ struct AppleJSONValue {
             default: break
             }
         case .string:
+            // The usual spellings, compared as bytes; anything else goes the long way.
+            if !escaped {
+                switch bytes.count {
+                case 2: return nil
+                case 3 where bytes[1] == UInt8(ascii: "1"): return true
+                case 3 where bytes[1] == UInt8(ascii: "0"): return false
+                case 6 where bytes.elementsEqual("\"true\"".utf8): return true
+                case 7 where bytes.elementsEqual("\"false\"".utf8): return false
+                default: break
+                }
+            }
             switch try string()?.trimmingCharacters(in: .whitespaces).lowercased() {
             case "true", "1", "yes": return true
             case "false", "0", "no": return false

@@ -410,16 +410,17 @@ public final class ReconciliationRun: Sendable {
             }
         }
 
-        let ledger = EntitlementRules.union(verified).map {
+        let union = EntitlementRules.union(verified)
+        let ledger = union.map {
             LedgerEntry(accountId: work.accountId, transaction: $0.transaction, environment: $0.environment)
         }
         counts.outcome = AccountOutcome.combining(receiptOutcomes)
         var corrections: [Correction] = []
         // Only accounts all of whose receipts verified get corrections: a partial view could revoke wrongly.
         if counts.outcome == .verified && !work.receipts.isEmpty {
-            let computed = rules.entitlements(accountId: work.accountId, receipts: verified, now: now)
+            let computed = rules.entitlements(accountId: work.accountId, receipts: verified, union: union, now: now)
             let plan = diff.corrections(stored: work.stored, computed: computed, now: now,
-                                        cancellationReasons: EntitlementRules.cancellationReasons(verified))
+                                        cancellationReasons: EntitlementRules.cancellationReasons(union))
             corrections = plan.corrections
             counts.corrections = plan.corrections.map(\.kind)
             counts.heldRevokes = plan.heldRevokes.count

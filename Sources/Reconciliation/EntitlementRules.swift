@@ -83,8 +83,13 @@ public struct EntitlementRules: Sendable {
 
     /// Apple's `cancellation_reason` of every cancelled transaction, for the reasons in reports.
     public static func cancellationReasons(_ receipts: [VerifiedReceipt]) -> [String: Int] {
+        cancellationReasons(union(receipts))
+    }
+
+    /// The same from a union already made (the run makes it once per account).
+    public static func cancellationReasons(_ union: [AccountTransaction]) -> [String: Int] {
         var reasons: [String: Int] = [:]
-        for item in union(receipts) {
+        for item in union {
             if let reason = item.transaction.cancellationReason { reasons[item.transaction.transactionId] = reason }
         }
         return reasons
@@ -99,7 +104,12 @@ public struct EntitlementRules: Sendable {
 
     /// The account's entitlements, one per product that grants anything, as of `now`.
     public func entitlements(accountId: String, receipts: [VerifiedReceipt], now: Date) -> [Entitlement] {
-        let transactions = Self.union(receipts).filter { sandboxPolicy == .allow || $0.environment != "Sandbox" }
+        entitlements(accountId: accountId, receipts: receipts, union: Self.union(receipts), now: now)
+    }
+
+    /// The same, given `union(receipts)` already made.
+    public func entitlements(accountId: String, receipts: [VerifiedReceipt], union: [AccountTransaction], now: Date) -> [Entitlement] {
+        let transactions = union.filter { sandboxPolicy == .allow || $0.environment != "Sandbox" }
         var renewals: [String: PendingRenewalInfo] = [:]
         for receipt in receipts where sandboxPolicy == .allow || receipt.environment != "Sandbox" {
             for info in receipt.response.pendingRenewalInfo {
