@@ -114,16 +114,16 @@ struct AnswerGeneration: Sendable {
         var pending: [JSONText] = []
         for subscription in subscriptions {
             var chain: [JSONText] = []
+            let webOrderBase = Int64(String(decoding: subscription.originalTransactionId.utf8.filter { $0 &- 0x30 < 10 }.prefix(15), as: UTF8.self))
             for index in 0..<subscription.renewals {
                 let purchase = subscription.startMilliseconds + Int64(index) * subscription.periodMilliseconds
                 let id = index == 0 ? subscription.originalTransactionId
-                    : subscription.originalTransactionId + String(format: "%03d", index)
+                    : subscription.originalTransactionId + (index < 10 ? "00" : index < 100 ? "0" : "") + String(index)
                 var transaction = Self.transaction(
                     productId: subscription.productId, transactionId: id, originalTransactionId: subscription.originalTransactionId,
                     purchase: purchase, originalPurchase: subscription.startMilliseconds,
                     expires: purchase + subscription.periodMilliseconds, quantity: 1)
-                let webOrder = Int64(subscription.originalTransactionId.filter(\.isNumber).prefix(15)).map { $0 + 500_000_000 + Int64(index) }
-                    ?? Int64(index)
+                let webOrder = webOrderBase.map { $0 + 500_000_000 + Int64(index) } ?? Int64(index)
                 transaction.field("web_order_line_item_id", String(webOrder))
                 transaction.field("is_trial_period", index == 0 ? "true" : "false")
                 transaction.field("subscription_group_identifier", subscription.group)

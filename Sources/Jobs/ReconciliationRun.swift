@@ -236,6 +236,13 @@ public final class ReconciliationRun: Sendable {
         var stored: [Entitlement]
     }
 
+    /// A keyset page of due accounts with their receipts and stored entitlements.
+    struct Page: Sendable {
+        var accounts: [String]
+        var receipts: [String: [StoredReceipt]]
+        var stored: [String: [Entitlement]]
+    }
+
     struct AccountResult: Sendable {
         var accountId: String
         var counts: AccountOutcomeCounts
@@ -307,16 +314,22 @@ public final class ReconciliationRun: Sendable {
                             pending = []
                         }
                     }
-                    var after = ""
-                    pages: while !shouldStop {
-                        let cursor = after
-                        let (page, receipts, stored) = try await Self.retryingLostConnections(logger: logger) {
+                    // The next page is read while this one is verified, so Apple's requests never
+                    // wait for the database; one read at a time on the reader connection.
+                    @Sendable func read(after cursor: String) async throws -> Page {
+                        try await Self.retryingLostConnections(logger: logger) {
                             let page = try await reader.accounts(after: cursor, limit: options.pageSize, selection: options.selection, now: now)
-                            return (page, try await reader.receipts(of: page), try await reader.entitlements(of: page))
+                            return Page(accounts: page, receipts: try await reader.receipts(of: page), stored: try await reader.entitlements(of: page))
                         }
-                        guard let last = page.last else { break }
-                        after = last
-                        for accountId in page {
+                    }
+                    var nextPage: Task<Page, any Error>? = Task { try await read(after: "") }
+                    defer { nextPage?.cancel() }
+                    pages: while !shouldStop, let reading = nextPage {
+                        let page = try await reading.value
+                        guard let last = page.accounts.last else { break }
+                        nextPage = Task { try await read(after: last) }
+                        let (receipts, stored) = (page.receipts, page.stored)
+                        for accountId in page.accounts {
                             if shouldStop { break pages }
                             if inFlight >= window, let result = try await accounts.next() {
                                 inFlight -= 1
