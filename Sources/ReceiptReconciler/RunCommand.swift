@@ -110,6 +110,15 @@ func parseTime(_ text: String) -> Date? {
 /// The last stop signal received (0: none). Atomic: written by the signal handler, read by the watcher.
 let stopSignal = Atomic<Int32>(0)
 
+/// Raises the soft limit on open files to the hard one: a run at --concurrency 1000 holds a
+/// socket per request in flight, past the common default of 1024.
+func raiseOpenFileLimit() {
+    var limit = rlimit()
+    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+    limit.rlim_cur = limit.rlim_max
+    _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+}
+
 /// Catches SIGTERM and SIGINT into `stopSignal` instead of ending the process.
 func installStopSignalHandler() {
     var action = sigaction()
@@ -123,6 +132,7 @@ func installStopSignalHandler() {
 /// Connects, runs, reports, and maps the ending to the contract's exit status.
 func executeRun(_ options: RunOptions, common: RunCommandOptions, database: DatabaseOptions, logger: Logger) async throws {
     installStopSignalHandler()
+    raiseOpenFileLimit()
     let connectionString = try database.connectionString()
     let secret = try common.sharedSecret()
     let connections = ReconciliationRun.Connections(

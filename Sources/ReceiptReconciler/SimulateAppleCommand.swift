@@ -44,6 +44,7 @@ struct SimulateAppleCommand: ParsableCommand {
     }
 
     func run() throws {
+        raiseOpenFileLimit()  // a thread and a socket per connection
         var scenario = try self.scenario.map { try SimulationScenario(contentsOf: URL(filePath: $0)) } ?? SimulationScenario()
         if let sharedSecret { scenario.sharedSecret = sharedSecret }
         let simulator = try AppleSimulator(scenario: scenario, host: host, port: port, latencyMilliseconds: latencyMs)
