@@ -124,6 +124,10 @@ extension Date: PostgresCodable {
         return PostgresTimestamp.format(microsecondsSince1970: micros)
     }
 
+    public func appendPostgresText(to bytes: inout [UInt8]) {
+        PostgresTimestamp.append(microsecondsSince1970: Int64((timeIntervalSince1970 * 1_000_000).rounded()), to: &bytes)
+    }
+
     public static func decode(text: Substring, type: PostgresType) throws(PostgresDecodingFailure) -> Date {
         guard type == .timestamptz || type == .timestamp else { throw .unexpected(type, for: Date.self) }
         guard let micros = PostgresTimestamp.parse(text) else {
@@ -135,6 +139,33 @@ extension Date: PostgresCodable {
 
 /// PostgreSQL's timestamp text with microseconds, both ways.
 public enum PostgresTimestamp {
+    /// `format`, appended to `bytes` without a `String` in between for the years 1-9999.
+    public static func append(microsecondsSince1970 micros: Int64, to bytes: inout [UInt8]) {
+        let (days, microOfDay) = micros.floorDividedAndModulo(by: 86_400_000_000)
+        let (year, month, day) = CivilCalendar.date(days: days)
+        guard year > 0 && year <= 9999 else {
+            bytes.append(contentsOf: format(microsecondsSince1970: micros).utf8)
+            return
+        }
+        let seconds = microOfDay / 1_000_000
+        let start = bytes.count
+        bytes.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: 27))
+        CivilCalendar.putDigits(year, width: 4, into: &bytes, at: start)
+        bytes[start + 4] = UInt8(ascii: "-")
+        CivilCalendar.putDigits(month, width: 2, into: &bytes, at: start + 5)
+        bytes[start + 7] = UInt8(ascii: "-")
+        CivilCalendar.putDigits(day, width: 2, into: &bytes, at: start + 8)
+        bytes[start + 10] = UInt8(ascii: "T")
+        CivilCalendar.putDigits(seconds / 3600, width: 2, into: &bytes, at: start + 11)
+        bytes[start + 13] = UInt8(ascii: ":")
+        CivilCalendar.putDigits(seconds / 60 % 60, width: 2, into: &bytes, at: start + 14)
+        bytes[start + 16] = UInt8(ascii: ":")
+        CivilCalendar.putDigits(seconds % 60, width: 2, into: &bytes, at: start + 17)
+        bytes[start + 19] = UInt8(ascii: ".")
+        CivilCalendar.putDigits(microOfDay % 1_000_000, width: 6, into: &bytes, at: start + 20)
+        bytes[start + 26] = UInt8(ascii: "Z")
+    }
+
     /// `2026-11-22T07:12:00.123456Z`.
     public static func format(microsecondsSince1970 micros: Int64) -> String {
         let (days, microOfDay) = micros.floorDividedAndModulo(by: 86_400_000_000)
@@ -367,41 +398,44 @@ extension Array: PostgresEncodable where Element == String {
 }
 
 /// A `text[]` whose elements may be NULL: a whole column of a batch in one bind, cast in SQL
-/// (`unnest($1::bigint[], $2::timestamptz[])`) so one statement writes many rows.
+/// (`unnest($1::bigint[], $2::timestamptz[])`) so one statement writes many rows. The array's
+/// text is written once, as bytes: a batch binds tens of thousands of values through here.
 public struct PostgresTextArray: PostgresEncodable {
-    public var elements: [String?]
+    public let postgresText: String
 
     public init(_ elements: [String?]) {
-        self.elements = elements
+        self.init(values: elements)
     }
 
     /// The text form of each value (`Date`, `Int`, `Bool`, ...), NULL for nil.
     public init<Value: PostgresEncodable>(_ values: [Value?]) {
-        self.elements = values.map { $0?.postgresText }
+        self.init(values: values)
     }
 
-    public static var postgresType: PostgresType { .textArray }
-
-    public var postgresText: String {
-        // Built as bytes: a batch binds tens of thousands of values through here.
+    private init<Value: PostgresEncodable>(values: [Value?]) {
         var bytes: [UInt8] = [UInt8(ascii: "{")]
-        bytes.reserveCapacity(elements.reduce(2) { $0 + ($1?.utf8.count ?? 4) + 3 })
-        for (index, element) in elements.enumerated() {
+        bytes.reserveCapacity(values.count * 16 + 2)
+        var element: [UInt8] = []
+        for (index, value) in values.enumerated() {
             if index > 0 { bytes.append(UInt8(ascii: ",")) }
-            guard let element else {
+            guard let value else {
                 bytes.append(contentsOf: "NULL".utf8)
                 continue
             }
+            element.removeAll(keepingCapacity: true)
+            value.appendPostgresText(to: &element)
             bytes.append(UInt8(ascii: "\""))
-            for byte in element.utf8 {
+            for byte in element {
                 if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { bytes.append(UInt8(ascii: "\\")) }
                 bytes.append(byte)
             }
             bytes.append(UInt8(ascii: "\""))
         }
         bytes.append(UInt8(ascii: "}"))
-        return String(decoding: bytes, as: UTF8.self)
+        postgresText = String(decoding: bytes, as: UTF8.self)
     }
+
+    public static var postgresType: PostgresType { .textArray }
 }
 
 extension Optional: PostgresDecodable where Wrapped: PostgresDecodable {

@@ -82,6 +82,17 @@ import TestSupport
         #expect(try rows[0].decode("date", as: Date.self) == date)
     }
 
+    @Test func batchArraysRoundTripEveryElement() async throws {
+        let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        let strings: [String?] = Self.hostileStrings.values.sorted().filter { $0.count < 100 } + [nil, "{a,b}", "\\\""]
+        let dates: [Date?] = [Date(timeIntervalSince1970: 1_606_293_002.123456), nil, Date.distantFuture,
+                              Date(timeIntervalSince1970: -0.5), Date(timeIntervalSince1970: 0)]
+        let texts = try await connection.query("SELECT t FROM unnest(\(PostgresTextArray(strings))::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n")
+        #expect(try texts.map { try $0.decode("t", as: String?.self) } == strings)
+        let times = try await connection.query("SELECT t FROM unnest(\(PostgresTextArray(dates))::timestamptz[]) WITH ORDINALITY AS u(t, n) ORDER BY n")
+        #expect(try times.map { try $0.decode("t", as: Date?.self) } == dates)
+    }
+
     @Test func datesBeforeYearOneAreWrittenAsBC() async throws {
         let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
         let rows = try await connection.query("SELECT extract(year FROM \(Date.distantPast))::int AS year")
