@@ -39,62 +39,24 @@ struct AppleJSONReader {
     /// Visits each member of the object that comes next; `member` must consume the value (read,
     /// keep or skip it). Throws if the next value is not an object.
     mutating func readObject(_ member: (AppleJSONKey, inout AppleJSONReader) throws -> Void) throws {
-        skipWhitespace()
-        guard position < bytes.count, bytes[position] == UInt8(ascii: "{") else { throw typeError("an object") }
-        try enter()
-        position += 1
-        while true {
-            skipWhitespace()
-            // Empty, or a comma before the end: tolerated, as Foundation's parser tolerates it.
-            if position < bytes.count, bytes[position] == UInt8(ascii: "}") {
-                position += 1
-                depth -= 1
-                return
-            }
+        try enter(UInt8(ascii: "{"), "an object")
+        // Empty, or a comma before the end: tolerated, as Foundation's parser tolerates it.
+        while !leaves(UInt8(ascii: "}")) {
             let key = try readKey()
             skipWhitespace()
             guard position < bytes.count, bytes[position] == UInt8(ascii: ":") else { throw syntaxError("expected ':'") }
             position += 1
             try member(key, &self)
-            skipWhitespace()
-            guard position < bytes.count else { throw syntaxError("unterminated object") }
-            if bytes[position] == UInt8(ascii: ",") {
-                position += 1
-            } else if bytes[position] == UInt8(ascii: "}") {
-                position += 1
-                depth -= 1
-                return
-            } else {
-                throw syntaxError("expected ',' or '}'")
-            }
+            if try endsAfterItem(UInt8(ascii: "}")) { return }
         }
     }
 
     /// Visits each element of the array that comes next; `element` must consume it.
     mutating func readArray(_ element: (inout AppleJSONReader) throws -> Void) throws {
-        skipWhitespace()
-        guard position < bytes.count, bytes[position] == UInt8(ascii: "[") else { throw typeError("an array") }
-        try enter()
-        position += 1
-        while true {
-            skipWhitespace()
-            if position < bytes.count, bytes[position] == UInt8(ascii: "]") {
-                position += 1
-                depth -= 1
-                return
-            }
+        try enter(UInt8(ascii: "["), "an array")
+        while !leaves(UInt8(ascii: "]")) {
             try element(&self)
-            skipWhitespace()
-            guard position < bytes.count else { throw syntaxError("unterminated array") }
-            if bytes[position] == UInt8(ascii: ",") {
-                position += 1
-            } else if bytes[position] == UInt8(ascii: "]") {
-                position += 1
-                depth -= 1
-                return
-            } else {
-                throw syntaxError("expected ',' or ']'")
-            }
+            if try endsAfterItem(UInt8(ascii: "]")) { return }
         }
     }
 
@@ -134,9 +96,34 @@ struct AppleJSONReader {
 
     // MARK: Scanning
 
-    private mutating func enter() throws {
+    /// Consumes the opening bracket of the container that must come next.
+    private mutating func enter(_ open: UInt8, _ expected: String) throws {
+        skipWhitespace()
+        guard position < bytes.count, bytes[position] == open else { throw typeError(expected) }
         depth += 1
         guard depth <= Self.maximumDepth else { throw syntaxError("nested deeper than \(Self.maximumDepth) levels") }
+        position += 1
+    }
+
+    /// Consumes `close` if it comes next, leaving the container.
+    private mutating func leaves(_ close: UInt8) -> Bool {
+        skipWhitespace()
+        guard position < bytes.count, bytes[position] == close else { return false }
+        position += 1
+        depth -= 1
+        return true
+    }
+
+    /// After a member or element: true when the container ended, false after a comma.
+    private mutating func endsAfterItem(_ close: UInt8) throws -> Bool {
+        skipWhitespace()
+        guard position < bytes.count else { throw syntaxError("unterminated \(close == UInt8(ascii: "}") ? "object" : "array")") }
+        if bytes[position] == UInt8(ascii: ",") {
+            position += 1
+            return false
+        }
+        if leaves(close) { return true }
+        throw syntaxError("expected ',' or '\(Character(Unicode.Scalar(close)))'")
     }
 
     private mutating func skipWhitespace() {

@@ -19,18 +19,10 @@ import TestSupport
                 var agreed = 0
                 var valid = 0
                 var disagreements: [String] = []
-                let tokens: [[UInt8]] = ["\"", "{", "}", "[", "]", ",", ":", "null", "true", "-0", "1.5e3", "01", "\\u00e9", "\\x", " ", "\u{00}"]
-                    .map { Array($0.utf8) }
+                let tokens = ["\"", "{", "}", "[", "]", ",", ":", "null", "true", "-0", "1.5e3", "01", "\\u00e9", "\\x", " ", "\u{00}"]
                 for index in 0..<4_000 {
-                    var bytes = seeds[index % seeds.count]
-                    for _ in 0..<Int.random(in: 1...3, using: &generator) {
-                        let position = Int.random(in: 0..<max(bytes.count, 1), using: &generator)
-                        switch Int.random(in: 0..<3, using: &generator) {
-                        case 0 where !bytes.isEmpty: bytes[position] = UInt8.random(in: 0...255, using: &generator)
-                        case 1 where !bytes.isEmpty: bytes.remove(at: position)
-                        default: bytes.insert(contentsOf: tokens.randomElement(using: &generator)!, at: min(position, bytes.count))
-                        }
-                    }
+                    let bytes = JSONMutation.mutate(seeds[index % seeds.count], edits: 1...3, longestCut: 1, truncates: false,
+                                                    tokens: tokens, using: &generator)
                     let foundation = (try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed])) != nil
                     let ours = Self.isValid(bytes)
                     if foundation == ours { agreed += 1 } else if disagreements.count < 5 {

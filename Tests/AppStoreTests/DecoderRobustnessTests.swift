@@ -22,21 +22,12 @@ import TestSupport
 
     static func mutateAndDecode(_ seeds: [[UInt8]], iterations: Int) -> (Int, Int) {
         var generator = SystemRandomNumberGenerator()
-        let tokens: [[UInt8]] = ["\"", "{", "}", "[", "]", ",", ":", "null", "true", "1e999", "-0", "\"\\u0000\"", "9223372036854775808", "\"_ms\""]
-            .map { Array($0.utf8) }
+        let tokens = ["\"", "{", "}", "[", "]", ",", ":", "null", "true", "1e999", "-0", "\"\\u0000\"", "9223372036854775808", "\"_ms\""]
         var decoded = 0
         var rejected = 0
         for index in 0..<iterations {
-            var bytes = seeds[index % seeds.count]
-            for _ in 0..<Int.random(in: 1...6, using: &generator) {
-                let position = Int.random(in: 0..<max(bytes.count, 1), using: &generator)
-                switch Int.random(in: 0..<4, using: &generator) {
-                case 0 where !bytes.isEmpty: bytes[position] = UInt8.random(in: 0...255, using: &generator)
-                case 1 where !bytes.isEmpty: bytes.removeSubrange(position..<min(bytes.count, position + Int.random(in: 1...200, using: &generator)))
-                case 2: bytes.insert(contentsOf: tokens.randomElement(using: &generator)!, at: min(position, bytes.count))
-                default: bytes = Array(bytes.prefix(position))
-                }
-            }
+            let bytes = JSONMutation.mutate(seeds[index % seeds.count], edits: 1...6, longestCut: 200, truncates: true,
+                                            tokens: tokens, using: &generator)
             for decode in [{ _ = try VerifyReceiptResponse.decode(bytes) }, { _ = try ServerNotification.decode(bytes) }] {
                 do {
                     try decode()
