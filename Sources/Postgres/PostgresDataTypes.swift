@@ -403,21 +403,30 @@ extension Array: PostgresEncodable where Element == String {
 public struct PostgresTextArray: PostgresEncodable {
     public let postgresText: String
 
+    @usableFromInline
+    init(text: String) {
+        postgresText = text
+    }
+
     public init(_ elements: [String?]) {
         self.init(values: elements)
     }
 
-    /// The text form of each value (`Date`, `Int`, `Bool`, ...), NULL for nil.
+    /// The text form of each value (`Date`, `Int`, `Bool`, ...), NULL for nil. Inlinable, so it
+    /// is specialized for each column type where a batch is built.
+    @inlinable
     public init<Value: PostgresEncodable>(_ values: [Value?]) {
         self.init(values: values)
     }
 
-    private init<Value: PostgresEncodable>(values: [Value?]) {
+    @inlinable
+    init<Value: PostgresEncodable>(values: [Value?]) {
         var bytes: [UInt8] = [UInt8(ascii: "{")]
         bytes.reserveCapacity(values.count * 16 + 2)
         var element: [UInt8] = []
-        for (index, value) in values.enumerated() {
+        for index in values.indices {
             if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            let value = values[index]
             guard let value else {
                 bytes.append(contentsOf: "NULL".utf8)
                 continue
@@ -432,7 +441,7 @@ public struct PostgresTextArray: PostgresEncodable {
             bytes.append(UInt8(ascii: "\""))
         }
         bytes.append(UInt8(ascii: "}"))
-        postgresText = String(decoding: bytes, as: UTF8.self)
+        self.init(text: String(decoding: bytes, as: UTF8.self))
     }
 
     public static var postgresType: PostgresType { .textArray }

@@ -6,16 +6,6 @@ import Reconciliation
 /// microseconds (what PostgreSQL keeps), so `jsonb_populate_record` rebuilds the exact row and a
 /// stored row compares equal to the `before` it was planned against.
 enum EntitlementJSON {
-    static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .custom { date, encoder in
-            var container = encoder.singleValueContainer()
-            try container.encode(PostgresTimestamp.format(microsecondsSince1970: Int64((date.timeIntervalSince1970 * 1_000_000).rounded())))
-        }
-        return encoder
-    }()
-
     static let decoder: JSONDecoder = {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in
@@ -28,9 +18,62 @@ enum EntitlementJSON {
         return decoder
     }()
 
+    /// Written by hand, keys in sorted order as `JSONEncoder` with `.sortedKeys` wrote them: every
+    /// planned correction writes two of these, and `JSONEncoder` was 4 % of a run's CPU.
     static func encode(_ entitlement: Entitlement?) throws -> String? {
         guard let entitlement else { return nil }
-        return String(decoding: try encoder.encode(entitlement), as: UTF8.self)
+        var json: [UInt8] = []
+        json.reserveCapacity(512)
+        func key(_ name: StaticString) {
+            json.append(json.isEmpty ? UInt8(ascii: "{") : UInt8(ascii: ","))
+            json.append(UInt8(ascii: "\""))
+            json.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+            json.append(contentsOf: "\":".utf8)
+        }
+        func string(_ name: StaticString, _ value: String?) {
+            key(name)
+            guard let value else { return json.append(contentsOf: "null".utf8) }
+            json.append(UInt8(ascii: "\""))
+            for byte in value.utf8 {
+                switch byte {
+                case UInt8(ascii: "\""): json.append(contentsOf: "\\\"".utf8)
+                case UInt8(ascii: "\\"): json.append(contentsOf: "\\\\".utf8)
+                case 0..<0x20:
+                    let hex = Array("0123456789abcdef".utf8)
+                    json.append(contentsOf: "\\u00".utf8)
+                    json.append(hex[Int(byte >> 4)])
+                    json.append(hex[Int(byte & 0x0F)])
+                default: json.append(byte)
+                }
+            }
+            json.append(UInt8(ascii: "\""))
+        }
+        func bool(_ name: StaticString, _ value: Bool?) {
+            key(name)
+            json.append(contentsOf: (value.map { $0 ? "true" : "false" } ?? "null").utf8)
+        }
+        func date(_ name: StaticString, _ value: Date?) {
+            key(name)
+            guard let value else { return json.append(contentsOf: "null".utf8) }
+            json.append(UInt8(ascii: "\""))
+            value.appendPostgresText(to: &json)
+            json.append(UInt8(ascii: "\""))
+        }
+        string("account_id", entitlement.accountId)
+        bool("auto_renew", entitlement.autoRenew)
+        string("auto_renew_product_id", entitlement.autoRenewProductId)
+        bool("entitled", entitlement.entitled)
+        string("environment", entitlement.environment)
+        date("expires_at", entitlement.expiresAt)
+        date("grace_period_expires_at", entitlement.gracePeriodExpiresAt)
+        string("latest_transaction_id", entitlement.latestTransactionId)
+        string("original_transaction_id", entitlement.originalTransactionId)
+        string("ownership_type", entitlement.ownershipType)
+        string("product_id", entitlement.productId)
+        date("refunded_at", entitlement.refundedAt)
+        string("state", entitlement.state.rawValue)
+        json.append(UInt8(ascii: "}"))
+        return String(decoding: json, as: UTF8.self)
     }
 
     static func decode(_ json: String?) throws -> Entitlement? {
