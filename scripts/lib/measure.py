@@ -42,6 +42,7 @@ def main():
     parser.add_argument("--latency-ms", type=float)
     parser.add_argument("--port", type=int)
     parser.add_argument("--database-url")
+    parser.add_argument("--night", default="1")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command and args.command[0] == "--" else args.command
@@ -58,6 +59,9 @@ def main():
     wall = time.monotonic() - started
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     simulator = proc_cpu(args.simulator) - simulator_before
+    # The run's backends exit with it; their time reaches the postmaster's children's times only
+    # once it has reaped them, and in between they count nowhere.
+    time.sleep(1)
     postgres = postgres_cpu(args.postmaster) - postgres_before
     requests = apple_requests() - requests_before
     if completed.returncode != 0:
@@ -75,7 +79,7 @@ def main():
     rate = args.accounts / wall
     ceiling = args.concurrency / (args.latency_ms / 1000)
     client_cpu = usage.ru_utime + usage.ru_stime
-    print(f"| {args.accounts:,} | {args.concurrency} | {wall:.1f} | {rate:,.0f} | {rate / ceiling:.2f} | "
+    print(f"| {args.accounts:,} | {args.concurrency} | {args.night} | {wall:.1f} | {rate:,.0f} | {rate / ceiling:.2f} | "
           f"{client_cpu * 1000 / args.accounts:.3f} | {usage.ru_maxrss / 1024:.0f} | {requests:,} | {simulator:.1f} | "
           f"{postgres:.1f} | {postgres * 1000 / args.accounts:.3f} | {check} |")
     sys.stdout.flush()
