@@ -248,6 +248,9 @@ struct AppleJSONKey {
     let bytes: UnsafeBufferPointer<UInt8>
     let unescaped: String?
 
+    /// The name's length in UTF-8 bytes, once escapes are decoded.
+    var count: Int { unescaped?.utf8.count ?? bytes.count }
+
     static func == (key: AppleJSONKey, name: StaticString) -> Bool {
         if let unescaped = key.unescaped { return unescaped == name.description }
         guard key.bytes.count == name.utf8CodeUnitCount else { return false }

@@ -237,13 +237,22 @@ final class Transfer: @unchecked Sendable {
         check(rr_curl_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION) { data, size, count, context in
             let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
             let length = size * count
-            let line = String(decoding: UnsafeRawBufferPointer(start: data, count: length), as: UTF8.self)
-            if line.hasPrefix("HTTP/") {
+            // As bytes: Foundation's trimming per header line was a visible cost per request.
+            let line = UnsafeRawBufferPointer(start: data, count: length)
+            if line.starts(with: "HTTP/".utf8) {
                 transfer.headers.removeAll()  // a new response (after a redirect or 100 Continue)
-            } else if let colon = line.firstIndex(of: ":") {
-                let name = line[..<colon].lowercased()
-                let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
+            } else if let colon = line.firstIndex(of: UInt8(ascii: ":")) {
+                func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A }
+                var start = colon + 1
+                var end = length
+                while start < end && isSpace(line[start]) { start += 1 }
+                while end > start && isSpace(line[end - 1]) { end -= 1 }
+                let name = String(decoding: line[..<colon].map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }, as: UTF8.self)
+                let value = String(decoding: line[start..<end], as: UTF8.self)
                 transfer.headers[name] = value
+                if name == "content-length", let expected = Int(value), expected <= transfer.request.maximumResponseBytes {
+                    transfer.body.reserveCapacity(expected)
+                }
             }
             return length
         })

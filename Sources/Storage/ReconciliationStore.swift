@@ -284,15 +284,19 @@ public struct ReconciliationStore: Sendable {
     /// is marked `superseded` instead: the app server's newer write wins, and the next run decides.
     public func applyPlanned(runId: Int64, afterId: Int64, limit: Int, now: Date) async throws -> ApplyResult {
         try await connection.withTransaction { connection in
+            // `before` comes back as the entitlement row it describes (PostgreSQL reads the JSON), so
+            // comparing it with the stored row needs no JSON decoding here.
             let planned = try await connection.query("""
-                SELECT id, account_id, product_id, before::text AS before, after::text AS after FROM iap.corrections
-                WHERE run_id = \(runId) AND status = 'planned' AND id > \(afterId)
-                ORDER BY id LIMIT \(limit) FOR UPDATE
+                SELECT c.id AS correction_id, c.account_id AS correction_account_id, c.product_id AS correction_product_id,
+                       c.before IS NOT NULL AS has_before, c.after::text AS after, b.*
+                FROM iap.corrections c LEFT JOIN LATERAL jsonb_populate_record(NULL::iap.entitlements, c.before) AS b ON true
+                WHERE c.run_id = \(runId) AND c.status = 'planned' AND c.id > \(afterId)
+                ORDER BY c.id LIMIT \(limit) FOR UPDATE OF c
                 """)
             var result = ApplyResult()
             guard let last = planned.last else { return result }
-            result.lastId = try last.decode("id")
-            let accounts = Array(Set(try planned.map { try $0.decode("account_id", as: String.self) }))
+            result.lastId = try last.decode("correction_id")
+            let accounts = Array(Set(try planned.map { try $0.decode("correction_account_id", as: String.self) }))
             let current = try await connection.query("""
                 SELECT * FROM iap.entitlements WHERE account_id = ANY(\(accounts)) FOR UPDATE
                 """)
@@ -303,13 +307,18 @@ public struct ReconciliationStore: Sendable {
             }
             var apply: [(id: Int64, after: String)] = []
             var superseded: [Int64] = []
+            var appliedHere: [String: String] = [:]
             for row in planned {
-                let id: Int64 = try row.decode("id")
-                let key = try row.decode("account_id", as: String.self) + "\u{0}" + row.decode("product_id", as: String.self)
-                let before = try EntitlementJSON.decode(try row.decode("before", as: String?.self))
-                if stored[key] == before {
-                    apply.append((id, try row.decode("after")))
-                    stored[key] = try EntitlementJSON.decode(try row.decode("after", as: String.self))
+                let id: Int64 = try row.decode("correction_id")
+                let key = try row.decode("correction_account_id", as: String.self) + "\u{0}"
+                    + row.decode("correction_product_id", as: String.self)
+                let before = try row.decode("has_before", as: Bool.self) ? try Entitlement(row: row) : nil
+                // A correction applied earlier in this batch changed the row it compares with.
+                let current = try appliedHere[key].map { try EntitlementJSON.decode($0) } ?? stored[key]
+                if current == before {
+                    let after: String = try row.decode("after")
+                    apply.append((id, after))
+                    appliedHere[key] = after
                 } else {
                     superseded.append(id)
                 }
