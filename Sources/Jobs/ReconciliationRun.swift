@@ -424,10 +424,17 @@ public final class ReconciliationRun: Sendable {
         }
 
         let union = EntitlementRules.union(verified)
-        let ledger = union.map {
+        var ledger = union.map {
             LedgerEntry(accountId: work.accountId, transaction: $0.transaction, environment: $0.environment)
         }
         counts.outcome = AccountOutcome.combining(receiptOutcomes)
+        // Rows the account's last full verification already wrote are not sent again (a backfill
+        // rewrites them all). Only a full verification records a digest; anything less clears it.
+        let digest = counts.outcome == .verified && !work.receipts.isEmpty ? LedgerEntry.digest(ledger) : nil
+        for index in updates.indices { updates[index].ledgerDigest = digest }
+        if let digest, options.kind != "backfill", work.receipts.allSatisfy({ $0.ledgerDigest == digest }) {
+            ledger = []
+        }
         var corrections: [Correction] = []
         // Only accounts all of whose receipts verified get corrections: a partial view could revoke wrongly.
         if counts.outcome == .verified && !work.receipts.isEmpty {

@@ -56,10 +56,11 @@ public struct NotificationStore: Sendable {
             """)
     }
 
-    /// Makes every receipt of the account due now.
+    /// Makes every receipt of the account due now, and its ledger written again by that run
+    /// (the notification wrote ledger rows the last answer's digest does not describe).
     public func requestReverification(accountId: String, now: Date) async throws {
         try await connection.execute("""
-            UPDATE iap.app_receipts SET reverify_requested_at = \(now) WHERE account_id = \(accountId)
+            UPDATE iap.app_receipts SET reverify_requested_at = \(now), ledger_digest = NULL WHERE account_id = \(accountId)
             """)
     }
 }

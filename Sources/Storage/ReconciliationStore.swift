@@ -95,7 +95,7 @@ public struct ReconciliationStore: Sendable {
     /// Every receipt of these accounts (an account's entitlements come from all of them).
     public func receipts(of accounts: [String]) async throws -> [String: [StoredReceipt]] {
         let rows = try await connection.query("""
-            SELECT id, account_id, bundle_id, latest_receipt, environment, attempts, xmin::text AS row_version
+            SELECT id, account_id, bundle_id, latest_receipt, environment, attempts, xmin::text AS row_version, ledger_digest
             FROM iap.app_receipts WHERE account_id = ANY(\(accounts)) ORDER BY account_id, id
             """)
         var result: [String: [StoredReceipt]] = [:]
@@ -104,7 +104,8 @@ public struct ReconciliationStore: Sendable {
                 id: try row.decode("id"), accountId: try row.decode("account_id"), bundleId: try row.decode("bundle_id"),
                 latestReceipt: try row.decode("latest_receipt"),
                 environment: AppleEnvironment(appleName: try row.decode("environment", as: String?.self)),
-                attempts: try row.decode("attempts"), rowVersion: try row.decode("row_version"))
+                attempts: try row.decode("attempts"), rowVersion: try row.decode("row_version"),
+                ledgerDigest: try row.decode("ledger_digest"))
             result[receipt.accountId, default: []].append(receipt)
         }
         return result
@@ -161,6 +162,8 @@ public struct ReconciliationStore: Sendable {
                 -- A notification's request is done once the receipt verified (unless it came after the run began).
                 receipt_bundle_id = COALESCE(u.local_bundle_id, r.receipt_bundle_id),
                 receipt_original_transaction_ids = COALESCE(u.local_originals::text[], r.receipt_original_transaction_ids),
+                -- A blob the app server replaced meanwhile was not what this digest came from.
+                ledger_digest    = CASE WHEN r.xmin::text = u.row_version THEN u.ledger_digest END,
                 reverify_requested_at = CASE WHEN u.verified_at IS NOT NULL AND r.reverify_requested_at <= \(startedAt)
                                              THEN NULL ELSE r.reverify_requested_at END
             FROM unnest(\(PostgresTextArray(updates.map { String($0.id) }))::bigint[],
@@ -173,9 +176,10 @@ public struct ReconciliationStore: Sendable {
                         \(PostgresTextArray(updates.map(\.outcome)))::text[],
                         \(PostgresTextArray(updates.map(\.latestReceipt)))::text[],
                         \(PostgresTextArray(updates.map(\.localBundleId)))::text[],
-                        \(PostgresTextArray(updates.map { $0.localOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[])
+                        \(PostgresTextArray(updates.map { $0.localOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[],
+                        \(PostgresTextArray(updates.map(\.ledgerDigest)))::bigint[])
                 AS u(id, row_version, environment, verified_at, status, next_attempt_at, attempts, outcome, latest_receipt,
-                     local_bundle_id, local_originals)
+                     local_bundle_id, local_originals, ledger_digest)
             WHERE r.id = u.id
             """)
     }

@@ -15,9 +15,12 @@ public struct StoredReceipt: Sendable {
     /// The row's `xmin` when read: a later write by the app server changes it, and then this
     /// run neither replaces the blob nor marks the newer one verified.
     public var rowVersion: String
+    /// `LedgerEntry.digest` of the account's ledger rows when it last verified in full.
+    public var ledgerDigest: Int64?
 
     public init(id: Int64, accountId: String, bundleId: String? = nil, latestReceipt: String,
-                environment: AppleEnvironment? = nil, attempts: Int = 0, rowVersion: String = "") {
+                environment: AppleEnvironment? = nil, attempts: Int = 0, rowVersion: String = "", ledgerDigest: Int64? = nil) {
+        self.ledgerDigest = ledgerDigest
         self.id = id
         self.accountId = accountId
         self.bundleId = bundleId
@@ -45,6 +48,8 @@ public struct ReceiptUpdate: Sendable {
     /// From the local decode of the blob, when it decoded.
     public var localBundleId: String?
     public var localOriginalTransactionIds: [String]?
+    /// The account's ledger digest when all its receipts verified; nil clears it.
+    public var ledgerDigest: Int64?
 
     public init(id: Int64, rowVersion: String, environment: AppleEnvironment?, verifiedAt: Date?, status: Int?,
                 nextAttemptAt: Date?, attempts: Int, outcome: String, latestReceipt: String?) {
@@ -70,6 +75,42 @@ public struct LedgerEntry: Sendable {
         self.accountId = accountId
         self.transaction = transaction
         self.environment = environment
+    }
+
+    /// FNV-1a (64 bits) over every column the ledger upsert writes, in order: the same rows give
+    /// the same digest in every process (Swift's `Hasher` is seeded per process, so it cannot serve).
+    public static func digest(_ entries: [LedgerEntry]) -> Int64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        func mix(_ text: String?) {
+            if let text {
+                for byte in text.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
+            }
+            hash = (hash ^ (text == nil ? 0xFE : 0xFF)) &* 0x0000_0100_0000_01B3  // ends the field; nil differs from ""
+        }
+        func mix(_ value: (some CustomStringConvertible)?) { mix(value.map(\.description)) }
+        for entry in entries {
+            let transaction = entry.transaction
+            mix(entry.accountId)
+            mix(entry.environment)
+            mix(transaction.transactionId)
+            mix(transaction.originalTransactionId)
+            mix(transaction.productId)
+            for date in [transaction.purchaseDate, transaction.originalPurchaseDate, transaction.expiresDate,
+                         transaction.cancellationDate] {
+                mix(date.map { $0.timeIntervalSince1970.bitPattern })
+            }
+            mix(transaction.cancellationReason)
+            mix(transaction.isUpgraded)
+            mix(transaction.isTrialPeriod)
+            mix(transaction.isInIntroOfferPeriod)
+            mix(transaction.quantity)
+            mix(transaction.webOrderLineItemId)
+            mix(transaction.subscriptionGroupIdentifier)
+            mix(transaction.offerCodeRefName)
+            mix(transaction.promotionalOfferId)
+            mix(transaction.inAppOwnershipType)
+        }
+        return Int64(bitPattern: hash)
     }
 }
 

@@ -173,6 +173,59 @@ import TestSupport
         }
     }
 
+    /// The ledger digest: a night whose answers give the same ledger rows sends none; a changed
+    /// answer, a backfill or a notification writes them again.
+    @Test func unchangedLedgerRowsAreNotSentAgainButChangedOnesAre() async throws {
+        let now = Date()
+        let blob = Data("ledger-digest-receipt".utf8).base64EncodedString()
+        func answers(refunded: Bool) -> [String: Any] {
+            let cancel: [String: Any] = refunded ? ["cancel": ["at_ms": Int64(now.timeIntervalSince1970 * 1000) - 86_400_000, "reason": 0]] : [:]
+            let end = Int64(now.timeIntervalSince1970 * 1000) + 20 * 86_400_000
+            return ["shared_secret": "world-secret", "receipts": [blob: ["generate": ["subscriptions": [
+                ["product_id": "pro.monthly", "original_transaction_id": "900", "renewals": 3, "start_ms": end - 90 * 86_400_000,
+                 "period_ms": 30 * 86_400_000].merging(cancel) { $1 },
+            ]]]]]
+        }
+        let refundingApple = try SimulatorProcess(scenario: answers(refunded: true))
+        defer { refundingApple.stop() }
+        try await RunWorld.with("digest", now: now, scenario: answers(refunded: false)) { world in
+            try await world.addReceipt("steady", blob)
+            var nightly = world.options(selection: .due(staleAfter: 0))
+            nightly.pageSize = 100
+            let ledgerRows = "SELECT count(*) FROM iap.transactions WHERE account_id = 'steady'"
+            let digests = "SELECT count(*) FROM iap.app_receipts WHERE ledger_digest IS NOT NULL"
+
+            _ = try await world.run(nightly)
+            #expect(try await world.count(ledgerRows) == 3)
+            #expect(try await world.count(digests) == 1)
+
+            // The same answers: nothing is sent, so rows deleted behind the job's back stay deleted.
+            try await world.connection.execute("DELETE FROM iap.transactions")
+            _ = try await world.run(nightly)
+            #expect(try await world.count(ledgerRows) == 0)
+
+            // Apple's answer changed (a refund): the rows are written, the refund with them.
+            let (refundNight, _) = try await world.run(nightly, apple: refundingApple)
+            #expect(refundNight.corrections["revoke", default: 0] == 1)
+            #expect(try await world.count(ledgerRows) == 3)
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE cancellation_date IS NOT NULL") == 1)
+
+            // A backfill writes every row whatever the digest says.
+            try await world.connection.execute("DELETE FROM iap.transactions")
+            _ = try await world.run(world.options(kind: "backfill", selection: .backfill(
+                accounts: ["steady"], receiptIds: [], since: nil, until: nil, products: [], all: false)), apple: refundingApple)
+            #expect(try await world.count(ledgerRows) == 3)
+
+            // A notification wrote to the ledger: the next run writes the account's rows again.
+            try await NotificationStore(connection: world.connection).requestReverification(accountId: "steady", now: now)
+            #expect(try await world.count(digests) == 0)
+            try await world.connection.execute("DELETE FROM iap.transactions")
+            _ = try await world.run(nightly, apple: refundingApple)
+            #expect(try await world.count(ledgerRows) == 3)
+            #expect(try await world.count(digests) == 1)
+        }
+    }
+
     @Test func aFresherReceiptFromAppleReplacesTheStoredOneButAPlaceholderDoesNot() async throws {
         try await RunWorld.with("fresher") { world in
             let fresh = Data("a fresher receipt".utf8).base64EncodedString()

@@ -107,9 +107,11 @@ final class RunWorld: @unchecked Sendable {
         return options
     }
 
-    func run(_ options: RunOptions) async throws -> (summary: RunSummary, ending: ReconciliationRun.Ending) {
+    /// Runs against the world's simulator, or `apple` (another script of answers for the same receipts).
+    func run(_ options: RunOptions, apple: SimulatorProcess? = nil) async throws -> (summary: RunSummary, ending: ReconciliationRun.Ending) {
         let connections = ReconciliationRun.Connections(
             lock: try await database.connect(), reader: try await database.connect(), writer: try await database.connect())
+        let simulator = apple ?? self.simulator
         let client = VerifyReceiptClient(
             endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: secret,
             policy: options.policy, concurrency: options.concurrency)
