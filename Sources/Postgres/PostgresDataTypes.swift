@@ -139,15 +139,35 @@ extension Date: PostgresCodable {
 
 /// PostgreSQL's timestamp text with microseconds, both ways.
 public enum PostgresTimestamp {
-    /// `format`, appended to `bytes` without a `String` in between for the years 1-9999.
+    /// `2026-11-22T07:12:00.123456Z`.
+    public static func format(microsecondsSince1970 micros: Int64) -> String {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(32)
+        append(microsecondsSince1970: micros, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// `format`, appended to `bytes`: written digit by digit, since batches write hundreds of
+    /// thousands of timestamps, with no `String` in between for the years 1-9999.
     public static func append(microsecondsSince1970 micros: Int64, to bytes: inout [UInt8]) {
         let (days, microOfDay) = micros.floorDividedAndModulo(by: 86_400_000_000)
         let (year, month, day) = CivilCalendar.date(days: days)
+        let seconds = microOfDay / 1_000_000
+        let fraction = microOfDay % 1_000_000
         guard year > 0 && year <= 9999 else {
-            bytes.append(contentsOf: format(microsecondsSince1970: micros).utf8)
+            // Year 0 is 1 BC to PostgreSQL, which counts no year zero.
+            var timeBytes = [UInt8](repeating: 0, count: 15)
+            putTime(seconds, fraction, into: &timeBytes, at: 0)
+            let time = String(decoding: timeBytes, as: UTF8.self)
+            func pad(_ value: Int64, _ width: Int) -> String {
+                let digits = String(value)
+                return String(repeating: "0", count: max(0, width - digits.count)) + digits
+            }
+            let text = year <= 0 ? "\(pad(1 - year, 4))-\(pad(month, 2))-\(pad(day, 2)) \(time)+00 BC"
+                : "\(year)-\(pad(month, 2))-\(pad(day, 2))T\(time)Z"
+            bytes.append(contentsOf: text.utf8)
             return
         }
-        let seconds = microOfDay / 1_000_000
         let start = bytes.count
         bytes.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: 27))
         CivilCalendar.putDigits(year, width: 4, into: &bytes, at: start)
@@ -156,54 +176,19 @@ public enum PostgresTimestamp {
         bytes[start + 7] = UInt8(ascii: "-")
         CivilCalendar.putDigits(day, width: 2, into: &bytes, at: start + 8)
         bytes[start + 10] = UInt8(ascii: "T")
-        CivilCalendar.putDigits(seconds / 3600, width: 2, into: &bytes, at: start + 11)
-        bytes[start + 13] = UInt8(ascii: ":")
-        CivilCalendar.putDigits(seconds / 60 % 60, width: 2, into: &bytes, at: start + 14)
-        bytes[start + 16] = UInt8(ascii: ":")
-        CivilCalendar.putDigits(seconds % 60, width: 2, into: &bytes, at: start + 17)
-        bytes[start + 19] = UInt8(ascii: ".")
-        CivilCalendar.putDigits(microOfDay % 1_000_000, width: 6, into: &bytes, at: start + 20)
+        putTime(seconds, fraction, into: &bytes, at: start + 11)
         bytes[start + 26] = UInt8(ascii: "Z")
     }
 
-    /// `2026-11-22T07:12:00.123456Z`.
-    public static func format(microsecondsSince1970 micros: Int64) -> String {
-        let (days, microOfDay) = micros.floorDividedAndModulo(by: 86_400_000_000)
-        let (year, month, day) = CivilCalendar.date(days: days)
-        let seconds = microOfDay / 1_000_000
-        let fraction = microOfDay % 1_000_000
-        // Written digit by digit: batches format hundreds of thousands of times.
-        var bytes = [UInt8](repeating: 0, count: 27)
-        if year <= 0 || year > 9999 {
-            // Year 0 is 1 BC to PostgreSQL, which counts no year zero.
-            let time = String(decoding: Self.time(seconds, fraction), as: UTF8.self)
-            func pad(_ value: Int64, _ width: Int) -> String {
-                let digits = String(value)
-                return String(repeating: "0", count: max(0, width - digits.count)) + digits
-            }
-            if year <= 0 { return "\(pad(1 - year, 4))-\(pad(month, 2))-\(pad(day, 2)) \(time)+00 BC" }
-            return "\(year)-\(pad(month, 2))-\(pad(day, 2))T\(time)Z"
-        }
-        CivilCalendar.putDigits(year, width: 4, into: &bytes, at: 0)
-        bytes[4] = 45
-        CivilCalendar.putDigits(month, width: 2, into: &bytes, at: 5)
-        bytes[7] = 45
-        CivilCalendar.putDigits(day, width: 2, into: &bytes, at: 8)
-        bytes[10] = 84
-        bytes.replaceSubrange(11..<26, with: Self.time(seconds, fraction))
-        bytes[26] = 90
-        return String(decoding: bytes, as: UTF8.self)
-    }
-
-    /// `HH:MM:SS.ffffff`.
-    private static func time(_ seconds: Int64, _ fraction: Int64) -> [UInt8] {
-        var bytes = [UInt8](repeating: 58, count: 15)
-        CivilCalendar.putDigits(seconds / 3600, width: 2, into: &bytes, at: 0)
-        CivilCalendar.putDigits(seconds / 60 % 60, width: 2, into: &bytes, at: 3)
-        CivilCalendar.putDigits(seconds % 60, width: 2, into: &bytes, at: 6)
-        bytes[8] = 46
-        CivilCalendar.putDigits(fraction, width: 6, into: &bytes, at: 9)
-        return bytes
+    /// `HH:MM:SS.ffffff` into `bytes` at `start`.
+    private static func putTime(_ seconds: Int64, _ fraction: Int64, into bytes: inout [UInt8], at start: Int) {
+        CivilCalendar.putDigits(seconds / 3600, width: 2, into: &bytes, at: start)
+        bytes[start + 2] = UInt8(ascii: ":")
+        CivilCalendar.putDigits(seconds / 60 % 60, width: 2, into: &bytes, at: start + 3)
+        bytes[start + 5] = UInt8(ascii: ":")
+        CivilCalendar.putDigits(seconds % 60, width: 2, into: &bytes, at: start + 6)
+        bytes[start + 8] = UInt8(ascii: ".")
+        CivilCalendar.putDigits(fraction, width: 6, into: &bytes, at: start + 9)
     }
 
     /// Parses `YYYY-MM-DD[ T]HH:MM:SS[.ffffff][+HH[:MM[:SS]]|Z]`; nil for anything else (including infinity and BC).
