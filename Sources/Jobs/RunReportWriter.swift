@@ -15,13 +15,12 @@ public struct FailureRecord: Sendable {
 
 /// Writes a run's report files under the report directory: `failures.csv` as the run goes (so
 /// memory stays flat), then `corrections.csv` (streamed from the database), `summary.json` and
-/// `summary.md`. Files are written to a temporary name and renamed, so a reader never sees half a file.
+/// `summary.md`, each a `ReportFile`, so a reader never sees half a file.
 public final class RunReportWriter: @unchecked Sendable {
     // Used by the run's writer task only, one batch at a time.
     public let directory: URL
     /// Open until `finish`.
-    private var failures: FileHandle?
-    private let failuresTemporary: URL
+    private let failures: ReportFile
 
     public static let failuresHeader = ["account_id", "receipt_id", "outcome", "apple_status", "attempts", "endpoints", "reason"]
     public static let correctionsHeader = [
@@ -31,37 +30,28 @@ public final class RunReportWriter: @unchecked Sendable {
 
     init(directory: URL) throws {
         self.directory = directory
-        failuresTemporary = directory.appending(path: ".failures.csv.partial")
         do {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         } catch {
-            throw ReportError(description: "cannot create the report directory \(directory.path): \(Self.reason(error))")
+            throw ReportError(description: "cannot create the report directory \(directory.path): \(ReportFile.reason(error))")
         }
-        failures = try Self.create(failuresTemporary, naming: directory.appending(path: "failures.csv"),
-                                   header: CSV.row(Self.failuresHeader))
+        failures = try ReportFile(directory.appending(path: "failures.csv"), header: CSV.row(Self.failuresHeader))
     }
 
+    /// Appends a batch's failures and writes them through, so a full disk stops the run here.
     func appendFailures(_ records: [FailureRecord]) throws {
-        guard let failures, !records.isEmpty else { return }
-        var text = ""
+        guard !records.isEmpty else { return }
         for record in records {
-            text += CSV.row([record.accountId, String(record.receiptId), record.outcome, record.appleStatus.map(String.init),
-                             String(record.attempts), record.endpoints, record.reason])
+            try failures.write(CSV.row([record.accountId, String(record.receiptId), record.outcome, record.appleStatus.map(String.init),
+                                        String(record.attempts), record.endpoints, record.reason]))
         }
-        try Self.write(text, to: failures, naming: directory.appending(path: "failures.csv"))
+        try failures.flush()
     }
 
     /// Writes the rest of the report. On failure (a full disk) no partial file is left behind: the
     /// files already in place are whole, and the missing ones can be written later with `report`.
     func finish(summary: RunSummary, store: ReconciliationStore) async throws {
-        try? failures?.close()
-        failures = nil
-        do {
-            try Self.moveIntoPlace(failuresTemporary, directory.appending(path: "failures.csv"))
-        } catch {
-            try? FileManager.default.removeItem(at: failuresTemporary)
-            throw error
-        }
+        try failures.commit()
         try await Self.writeCorrections(runId: summary.runId, store: store, to: directory.appending(path: "corrections.csv"))
         try Self.write(RunReport.json(summary), to: directory.appending(path: "summary.json"))
         try Self.write(RunReport.markdown(summary), to: directory.appending(path: "summary.md"))
@@ -69,92 +59,98 @@ public final class RunReportWriter: @unchecked Sendable {
 
     /// `corrections.csv` of any run, streamed from the database.
     public static func writeCorrections(runId: Int64, store: ReconciliationStore, to url: URL) async throws {
-        let temporary = partialName(url)
-        let handle = try create(temporary, naming: url, header: CSV.row(correctionsHeader))
+        let file = try ReportFile(url, header: CSV.row(correctionsHeader))
         do {
-            var buffer = ""
-            try await store.forEachCorrection(runId: runId) { record in
-                buffer += CSV.row(RunReport.correctionFields(record))
-                if buffer.utf8.count > 1 << 16 {
-                    try write(buffer, to: handle, naming: url)
-                    buffer = ""
-                }
-            }
-            try write(buffer, to: handle, naming: url)
-            try close(handle, naming: url)
-            try moveIntoPlace(temporary, url)
+            try await store.forEachCorrection(runId: runId) { try file.write(CSV.row(RunReport.correctionFields($0))) }
         } catch {
-            try? handle.close()
-            try? FileManager.default.removeItem(at: temporary)
+            file.discard()
             throw error
         }
+        try file.commit()
     }
 
+    /// A whole small file (a summary, the metrics file).
     static func write(_ text: String, to url: URL) throws {
-        let temporary = partialName(url)
-        do {
-            let handle = try create(temporary, naming: url, header: text)
-            try close(handle, naming: url)
-            try moveIntoPlace(temporary, url)
-        } catch {
-            try? FileManager.default.removeItem(at: temporary)
-            throw error
-        }
+        try ReportFile(url, header: text).commit()
     }
+}
 
-    /// rename(2): atomic, and replaces an older file of the same name.
-    public static func moveIntoPlace(_ temporary: URL, _ url: URL) throws {
-        guard rename(temporary.path, url.path) == 0 else {
-            throw ReportError(description: "cannot write \(url.path): \(String(cString: strerror(errno)))")
-        }
-    }
+/// A report or export file written aside as `.name.partial` and renamed into place (rename(2):
+/// atomic, replacing an older file of the same name) once whole and flushed to the disk.
+/// Writes are buffered 64 KB at a time; every failure (a full disk) names the file the reader
+/// expects and the operating system's reason, and `commit` leaves no partial file when it fails.
+public final class ReportFile {
+    public let url: URL
+    private let temporary: URL
+    private var handle: FileHandle?
+    private var buffer = ""
 
-    /// `.name.partial` beside `url`: the name a file has until it is whole.
-    static func partialName(_ url: URL) -> URL {
-        url.deletingLastPathComponent().appending(path: "." + url.lastPathComponent + ".partial")
-    }
-
-    /// Creates `temporary` holding `header`; errors name `url`, the file the reader expects.
-    private static func create(_ temporary: URL, naming url: URL, header: String) throws -> FileHandle {
+    /// Creates the partial file and writes `header` through at once, so a full disk shows now.
+    public init(_ url: URL, header: String = "") throws {
+        self.url = url
+        temporary = url.deletingLastPathComponent().appending(path: "." + url.lastPathComponent + ".partial")
         guard FileManager.default.createFile(atPath: temporary.path, contents: nil) else {
             throw ReportError(description: "cannot write \(url.path): \(String(cString: strerror(errno)))")
         }
-        let handle: FileHandle
         do {
             handle = try FileHandle(forWritingTo: temporary)
+            buffer = header
+            try flush()
         } catch {
-            throw ReportError(description: "cannot write \(url.path): \(reason(error))")
+            discard()
+            throw error is ReportError ? error : failure(error)
         }
+    }
+
+    public func write(_ text: String) throws {
+        buffer += text
+        if buffer.utf8.count >= 1 << 16 { try flush() }
+    }
+
+    /// Writes what is buffered to the file.
+    public func flush() throws {
+        guard !buffer.isEmpty, let handle else { return }
         do {
-            try write(header, to: handle, naming: url)
+            try handle.write(contentsOf: Data(buffer.utf8))
         } catch {
-            try? handle.close()
-            try? FileManager.default.removeItem(at: temporary)
+            throw failure(error)
+        }
+        buffer = ""
+    }
+
+    /// Flushes to the disk (so a full disk shows here, not after the rename) and renames into place.
+    public func commit() throws {
+        do {
+            try flush()
+            do {
+                try handle?.synchronize()
+                try handle?.close()
+                handle = nil
+            } catch {
+                throw failure(error)
+            }
+            guard rename(temporary.path, url.path) == 0 else {
+                throw ReportError(description: "cannot write \(url.path): \(String(cString: strerror(errno)))")
+            }
+        } catch {
+            discard()
             throw error
         }
-        return handle
     }
 
-    private static func write(_ text: String, to handle: FileHandle, naming url: URL) throws {
-        do {
-            try handle.write(contentsOf: Data(text.utf8))
-        } catch {
-            throw ReportError(description: "cannot write \(url.path): \(reason(error))")
-        }
+    /// Closes and removes the partial file.
+    public func discard() {
+        try? handle?.close()
+        handle = nil
+        unlink(temporary.path)
     }
 
-    /// Flushes to the disk, so a full disk shows here and not after the rename.
-    private static func close(_ handle: FileHandle, naming url: URL) throws {
-        do {
-            try handle.synchronize()
-            try handle.close()
-        } catch {
-            throw ReportError(description: "cannot write \(url.path): \(reason(error))")
-        }
+    private func failure(_ error: any Error) -> ReportError {
+        ReportError(description: "cannot write \(url.path): \(Self.reason(error))")
     }
 
     /// The operating system's words for a failure ("No space left on device"), not Foundation's wrapper.
-    public static func reason(_ error: Error) -> String {
+    public static func reason(_ error: any Error) -> String {
         let nsError = error as NSError
         if let underlying = nsError.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
             return String(cString: strerror(Int32(underlying.code)))

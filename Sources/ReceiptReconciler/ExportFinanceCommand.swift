@@ -59,60 +59,36 @@ struct ExportFinanceCommand: AsyncParsableCommand {
     }
 }
 
-/// Stdout, or a file written aside and renamed into place when complete. Buffers 64 KB at a time;
-/// every failure (a full disk) names the file and leaves no partial file behind.
+/// Stdout (64 KB at a time), or a `ReportFile`: written aside and renamed into place when complete.
 final class CSVSink {
-    private let handle: FileHandle
-    private let temporary: String?
-    private let path: String?
+    private let file: ReportFile?
     private var buffer = ""
 
     init(path: String?) throws {
-        self.path = path
-        guard let path else {
-            handle = FileHandle.standardOutput
-            temporary = nil
-            return
-        }
-        let directory = (path as NSString).deletingLastPathComponent
-        let temporary = (directory.isEmpty ? "." : directory) + "/." + (path as NSString).lastPathComponent + ".partial"
-        guard FileManager.default.createFile(atPath: temporary, contents: nil),
-              let handle = FileHandle(forWritingAtPath: temporary)
-        else { throw ReportError(description: "cannot write \(path): \(String(cString: strerror(errno)))") }
-        self.handle = handle
-        self.temporary = temporary
+        file = try path.map { try ReportFile(URL(filePath: $0)) }
     }
 
     func write(_ text: String) throws {
+        if let file { return try file.write(text) }
         buffer += text
-        if buffer.utf8.count >= 1 << 16 { try flush() }
+        if buffer.utf8.count >= 1 << 16 { try flushStandardOutput() }
     }
 
     func commit() throws {
-        try flush()
-        guard let temporary, let path else { return }
-        do {
-            try handle.synchronize()
-            try handle.close()
-        } catch {
-            throw ReportError(description: "cannot write \(path): \(RunReportWriter.reason(error))")
-        }
-        try RunReportWriter.moveIntoPlace(URL(filePath: temporary), URL(filePath: path))
+        if let file { return try file.commit() }
+        try flushStandardOutput()
     }
 
     func discard() {
-        guard let temporary else { return }
-        try? handle.close()
-        unlink(temporary)
+        file?.discard()
     }
 
-    private func flush() throws {
-        guard !buffer.isEmpty else { return }
+    private func flushStandardOutput() throws {
         do {
-            try handle.write(contentsOf: Data(buffer.utf8))
+            try FileHandle.standardOutput.write(contentsOf: Data(buffer.utf8))
             buffer = ""
         } catch {
-            throw ReportError(description: "cannot write \(path ?? "stdout"): \(RunReportWriter.reason(error))")
+            throw ReportError(description: "cannot write stdout: \(ReportFile.reason(error))")
         }
     }
 }
