@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc  // memcmp
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// A validating single-pass JSON reader over bytes, for Apple's answers and notifications.
 ///
 /// Decoding a verifyReceipt answer was most of the client's CPU with `JSONDecoder` (a tree of
@@ -263,9 +269,3 @@ struct AppleJSONKey {
 public struct AppleJSONError: Error, CustomStringConvertible {
     public var description: String
 }
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif

@@ -20,7 +20,6 @@ public struct StoredReceipt: Sendable {
 
     public init(id: Int64, accountId: String, bundleId: String? = nil, latestReceipt: String,
                 environment: AppleEnvironment? = nil, attempts: Int = 0, rowVersion: String = "", ledgerDigest: Int64? = nil) {
-        self.ledgerDigest = ledgerDigest
         self.id = id
         self.accountId = accountId
         self.bundleId = bundleId
@@ -28,6 +27,7 @@ public struct StoredReceipt: Sendable {
         self.environment = environment
         self.attempts = attempts
         self.rowVersion = rowVersion
+        self.ledgerDigest = ledgerDigest
     }
 }
 

@@ -29,11 +29,9 @@ public final class SmallDisk: @unchecked Sendable {
 
     /// Fills the disk to the last byte.
     public func fill() {
-        let handle = FileHandle(forWritingAtPath: { () -> String in
-            let path = directory.appending(path: "filler").path
-            _ = FileManager.default.createFile(atPath: path, contents: nil)
-            return path
-        }())!
+        let path = directory.appending(path: "filler").path
+        guard FileManager.default.createFile(atPath: path, contents: nil), let handle = FileHandle(forWritingAtPath: path)
+        else { return }
         let block = Data(count: 4096)
         while (try? handle.write(contentsOf: block)) != nil {}
         let byte = Data(count: 1)
