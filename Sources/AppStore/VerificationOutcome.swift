@@ -27,6 +27,9 @@ public struct VerificationOutcome: Sendable {
         case failed(status: Int?, reason: String)
         /// The blob is not a receipt at all (empty, not base64, too large): it was never sent.
         case invalidReceipt(reason: String)
+        /// The receipt is another app's (Apple's answer or the local decode names another bundle
+        /// id): a failure for its account, which must never be granted this app's products.
+        case foreignBundle(reason: String)
     }
 
     public var result: Result
@@ -41,19 +44,30 @@ public struct VerificationOutcome: Sendable {
     /// Where the receipt verified, or where Apple said it belongs (learned from 21007/21008).
     public var environment: AppleEnvironment?
 
+    public init(result: Result, requests: Int = 0, attempts: Int = 0, endpoints: [AppleEnvironment] = [],
+                finalStatus: Int? = nil, environment: AppleEnvironment? = nil) {
+        self.result = result
+        self.requests = requests
+        self.attempts = attempts
+        self.endpoints = endpoints
+        self.finalStatus = finalStatus
+        self.environment = environment
+    }
+
     public var name: String {
         switch result {
         case .verified: "verified"
         case .deferred: "deferred"
         case .failed: "failed"
         case .invalidReceipt: "invalid_receipt"
+        case .foreignBundle: "foreign_bundle"
         }
     }
 
     public var reason: String? {
         switch result {
         case .verified: nil
-        case .deferred(let reason), .failed(_, let reason), .invalidReceipt(let reason): reason
+        case .deferred(let reason), .failed(_, let reason), .invalidReceipt(let reason), .foreignBundle(let reason): reason
         }
     }
 

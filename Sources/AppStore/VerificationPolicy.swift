@@ -44,10 +44,11 @@ public struct VerificationPolicy: Sendable {
 
     /// The contract's table: retried are 21100-21199 unless the retry flag says no, 21002, 21005
     /// and 21009; final are 21000, 21003, 21004, 21010, 21100-21199 flagged not retryable, and
-    /// every status Apple may invent later.
+    /// every status Apple may invent later. Status 0 without a `receipt` is a partial answer, not
+    /// an empty account: it is retried like 21002 (and fails if it persists), never verified.
     public static func classify(status: Int, isRetryable: Bool?, hasReceipt: Bool) -> StatusClass {
         switch status {
-        case 0: .verified
+        case 0: hasReceipt ? .verified : .retry
         case 21006: hasReceipt ? .verified : .final
         case 21007: .redirectToSandbox
         case 21008: .redirectToProduction

@@ -132,7 +132,12 @@ public final class VerifyReceiptClient: Sendable {
             }
         }
         if case .deferred(let reason) = outcome.result {
-            outcome.result = .deferred(reason: "\(reason) (after \(outcome.attempts) attempts)")
+            if outcome.finalStatus == 0 {
+                // A partial answer that persists is a failure, never a verification with no purchases.
+                outcome.result = .failed(status: 0, reason: "\(reason) (after \(outcome.attempts) attempts)")
+            } else {
+                outcome.result = .deferred(reason: "\(reason) (after \(outcome.attempts) attempts)")
+            }
         }
         return outcome
     }
@@ -199,6 +204,8 @@ public final class VerifyReceiptClient: Sendable {
         case .verified: return .verified(answer)
         case .redirectToSandbox: return .redirect(.sandbox)
         case .redirectToProduction: return .redirect(.production)
+        case .retry where answer.status == 0:
+            return .retry(reason: "Apple answered status 0 without a receipt (a partial answer)", retryAfter: nil)
         case .retry: return .retry(reason: "Apple status \(answer.status)\(answer.exception.map { " (\($0))" } ?? "")", retryAfter: nil)
         case .final: return .final(status: answer.status, reason: Self.describe(status: answer.status))
         }

@@ -363,18 +363,9 @@ public final class ReconciliationRun: Sendable {
         var receiptOutcomes: [String] = []
         var counts = AccountOutcomeCounts(outcome: .verified)
         for receipt in work.receipts {
-            // The local decode informs the report; it never grants or revokes.
-            var local: (bundleId: String?, originals: [String])?
-            switch try? ReceiptDecoder.decode(Array(receipt.latestReceipt.utf8)) {
-            case .appReceipt(let decoded)?: local = (decoded.bundleId, decoded.originalTransactionIds)
-            case .legacyTransactionReceipt(let legacy)?:
-                local = (legacy.purchaseInfo["bid"], [legacy.purchaseInfo["original-transaction-id"] ?? legacy.purchaseInfo["transaction-id"]].compactMap { $0 })
-            case nil: counts.receiptsNotDecodedLocally += 1
-            }
-            if let bundle = local?.bundleId, let expected = receipt.bundleId, !expected.isEmpty, bundle != expected {
-                counts.bundleMismatches.append("account \(work.accountId), receipt \(receipt.id): the receipt is for \(bundle), the row says \(expected)")
-            }
-            let outcome = await client.verify(receipt: receipt.latestReceipt, knownEnvironment: receipt.environment)
+            let local = Self.localDecode(receipt.latestReceipt)
+            if local == nil { counts.receiptsNotDecodedLocally += 1 }
+            let outcome = await verify(receipt, local: local, accountId: work.accountId, counts: &counts)
             receiptOutcomes.append(outcome.name)
             counts.receipts[outcome.name, default: 0] += 1
             counts.appleRequests += outcome.requests
@@ -384,8 +375,10 @@ public final class ReconciliationRun: Sendable {
             var update = ReceiptUpdate(
                 id: receipt.id, rowVersion: receipt.rowVersion, environment: outcome.environment, verifiedAt: nil,
                 status: outcome.finalStatus, nextAttemptAt: nil, attempts: 0, outcome: outcome.name, latestReceipt: nil)
-            update.localBundleId = local?.bundleId
-            update.localOriginalTransactionIds = local?.originals
+            if let local, StorableValues.problem(in: local) == nil {
+                update.localBundleId = local.bundleId
+                update.localOriginalTransactionIds = local.originals
+            }
             switch outcome.result {
             case .verified(let response):
                 let environment = outcome.environment?.rawValue ?? response.environment ?? "Production"
@@ -410,7 +403,7 @@ public final class ReconciliationRun: Sendable {
                 update.attempts = receipt.attempts + 1
                 // A rejected secret is this job's configuration, not the receipt: try it again next run.
                 update.nextAttemptAt = status == 21004 ? nil : now.addingTimeInterval(options.failedRetryAfter)
-            case .invalidReceipt:
+            case .invalidReceipt, .foreignBundle:
                 update.attempts = receipt.attempts + 1
                 update.nextAttemptAt = now.addingTimeInterval(options.failedRetryAfter)
             }
@@ -448,6 +441,52 @@ public final class ReconciliationRun: Sendable {
         }
         return AccountResult(accountId: work.accountId, counts: counts, receiptUpdates: updates, ledger: ledger,
                              corrections: corrections, failures: failures)
+    }
+
+    /// What the local decode of a blob says (it informs the report and the bundle check; it never
+    /// grants or revokes), or nil when the blob is no receipt this decoder reads.
+    static func localDecode(_ blob: String) -> LocalReceipt? {
+        switch try? ReceiptDecoder.decode(Array(blob.utf8)) {
+        case .appReceipt(let decoded)?:
+            return LocalReceipt(bundleId: decoded.bundleId, originals: decoded.originalTransactionIds)
+        case .legacyTransactionReceipt(let legacy)?:
+            let original = legacy.purchaseInfo["original-transaction-id"] ?? legacy.purchaseInfo["transaction-id"]
+            return LocalReceipt(bundleId: legacy.purchaseInfo["bid"], originals: [original].compactMap { $0 })
+        case nil:
+            return nil
+        }
+    }
+
+    /// Asks Apple about one receipt, unless the local decode already shows it cannot count, and
+    /// holds the answer to the app's bundle ids and to what PostgreSQL can store.
+    private func verify(_ receipt: StoredReceipt, local: LocalReceipt?, accountId: String,
+                        counts: inout AccountOutcomeCounts) async -> VerificationOutcome {
+        let expected = options.bundleIds.isEmpty ? Set([receipt.bundleId].compactMap { $0 }.filter { !$0.isEmpty }) : options.bundleIds
+        func foreign(_ bundle: String, source: String) -> VerificationOutcome.Result? {
+            guard !expected.isEmpty, !expected.contains(bundle) else { return nil }
+            let shown = StorableValues.problem(text: bundle, field: "") == nil ? bundle : "a bundle id with a NUL byte"
+            let reason = "\(source) names the bundle \(shown), not this app's (\(expected.sorted().joined(separator: ", ")))"
+            counts.bundleMismatches.append("account \(accountId), receipt \(receipt.id): \(reason)")
+            return .foreignBundle(reason: reason)
+        }
+        var outcome = VerificationOutcome(result: .deferred(reason: "not attempted"), requests: 0, attempts: 0,
+                                          endpoints: [], finalStatus: nil, environment: receipt.environment)
+        if let bundle = local?.bundleId, let result = foreign(bundle, source: "the receipt") {
+            outcome.result = result
+            return outcome
+        }
+        if let local, let problem = StorableValues.problem(in: local) {
+            outcome.result = .failed(status: nil, reason: "the receipt's local decode cannot be stored: \(problem)")
+            return outcome
+        }
+        outcome = await client.verify(receipt: receipt.latestReceipt, knownEnvironment: receipt.environment)
+        guard case .verified(let response) = outcome.result else { return outcome }
+        if let bundle = response.receipt?.bundleId, let result = foreign(bundle, source: "Apple's answer") {
+            outcome.result = result
+        } else if let problem = StorableValues.problem(in: response) {
+            outcome.result = .failed(status: outcome.finalStatus, reason: "Apple's answer cannot be stored: \(problem)")
+        }
+        return outcome
     }
 
     private func noteSharedSecret(_ status: Int?) {

@@ -21,6 +21,9 @@ public struct RunOptions: Sendable {
     /// Accounts read per page, and per write transaction.
     public var pageSize = 500
     public var batchSize = 500
+    /// The app's bundle ids (`--bundle-id`, `APPLE_BUNDLE_ID`): a receipt of any other bundle is
+    /// `foreign_bundle`. Empty: each receipt row's own `bundle_id` is the app's, else nothing is checked.
+    public var bundleIds: Set<String> = []
     /// Where deferred receipts wait before the next try, at most.
     public var maximumDeferral: TimeInterval = 12 * 3600
     /// Failed (final) receipts are tried again after this long.

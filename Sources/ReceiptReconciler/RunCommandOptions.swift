@@ -95,6 +95,11 @@ struct RunCommandOptions: ParsableArguments {
     @Option(help: ArgumentHelp("verifyReceipt sandbox address (default: $APPLE_SANDBOX_URL, else Apple's).", valueName: "url"))
     var appleSandboxURL: String?
 
+    @Option(name: .customLong("bundle-id"), help: ArgumentHelp(
+        "The app's bundle id (repeatable; default: $APPLE_BUNDLE_ID, comma-separated). A receipt of another bundle is foreign_bundle, a failure for its account. With none, each receipt row's bundle_id is the app's.",
+        valueName: "id"))
+    var bundleIds: [String] = []
+
     @Option(help: ArgumentHelp(
         "File holding the app's shared secret (default: $APPLE_SHARED_SECRET). Never pass the secret itself on the command line.",
         valueName: "path"))
@@ -115,6 +120,13 @@ struct RunCommandOptions: ParsableArguments {
                 ?? VerifyReceiptClient.Endpoints.apple.production,
             sandbox: appleSandboxURL ?? environment["APPLE_SANDBOX_URL"].flatMap { $0.isEmpty ? nil : $0 }
                 ?? VerifyReceiptClient.Endpoints.apple.sandbox)
+    }
+
+    /// `--bundle-id`, else `APPLE_BUNDLE_ID` (comma-separated).
+    func configuredBundleIds() -> [String] {
+        if !bundleIds.isEmpty { return bundleIds }
+        let variable = ProcessInfo.processInfo.environment["APPLE_BUNDLE_ID"] ?? ""
+        return variable.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     }
 
     func sharedSecret() throws -> String {
@@ -148,6 +160,7 @@ struct RunCommandOptions: ParsableArguments {
         options.pageSize = batchSize
         options.progressInterval = progressInterval.duration
         options.notificationMaximumAge = notificationMaxAge.seconds
+        options.bundleIds = Set(configuredBundleIds())
         return options
     }
 }

@@ -50,7 +50,7 @@ public struct RunSummary: Sendable, Codable, Equatable {
     /// CONSUMPTION_REQUESTs: Apple waits for an answer this job cannot give.
     public var consumptionRequests: [String] = []
 
-    /// Receipts whose own bundle id differs from their row's `bundle_id` (a fraud signal), listed.
+    /// Receipts of another app (`foreign_bundle`: a fraud signal), listed.
     public var bundleMismatches: [String] = []
     /// Receipts the local decode could not read (still verified with Apple).
     public var receiptsNotDecodedLocally = 0
@@ -92,11 +92,12 @@ public enum AccountOutcome: String, Sendable, Codable {
     case invalidReceipt = "invalid_receipt"
 
     /// An account is verified only when all its receipts are; otherwise the most hopeful of its
-    /// troubles names it: deferred (will be retried) over failed over invalid.
+    /// troubles names it: deferred (will be retried) over failed (`foreign_bundle` included)
+    /// over invalid.
     public static func combining(_ receiptOutcomes: [String]) -> AccountOutcome {
         if receiptOutcomes.allSatisfy({ $0 == "verified" }) { return .verified }
         if receiptOutcomes.contains("deferred") { return .deferred }
-        if receiptOutcomes.contains("failed") { return .failed }
+        if receiptOutcomes.contains(where: { $0 != "invalid_receipt" }) { return .failed }
         return .invalidReceipt
     }
 }

@@ -123,6 +123,28 @@ import TestSupport
         #expect(outcome.finalStatus == expected.status)
     }
 
+    /// Status 0 without a `receipt` object is a partial answer: retried like 21002, and a failure
+    /// when it persists; never a verification of an account with no purchases.
+    @Test func aPartialAnswerIsRetriedThenFailsNeverVerifies() async throws {
+        let simulator = try SimulatorProcess(scenario: Self.scenario([
+            "persists": ["response": ["status": 0, "environment": "Production"]],
+            "passes": ["generate": Self.answer, "faults": [["status": 0]]],
+        ]))
+        let client = Self.client(simulator)
+        defer { client.shutdown() }
+        let persisting = await client.verify(receipt: receiptBlob("persists"))
+        #expect(persisting.name == "failed")
+        #expect(persisting.response == nil)
+        #expect(persisting.attempts == 3)
+        #expect(persisting.finalStatus == 0)
+        #expect(persisting.reason?.contains("without a receipt") == true)
+
+        let passing = await client.verify(receipt: receiptBlob("passes"))
+        #expect(passing.name == "verified")
+        #expect(passing.attempts == 2)
+        #expect(passing.response?.receipt != nil)
+    }
+
     @Test func wrongSharedSecretIs21004AndNeverShown() async throws {
         let simulator = try SimulatorProcess(scenario: Self.scenario(["p": ["generate": Self.answer]]))
         let wrongSecret = "wrong-\(UUID().uuidString)"
@@ -302,6 +324,7 @@ import TestSupport
 
     @Test func statusTable() {
         #expect(VerificationPolicy.classify(status: 0, isRetryable: nil, hasReceipt: true) == .verified)
+        #expect(VerificationPolicy.classify(status: 0, isRetryable: nil, hasReceipt: false) == .retry)
         #expect(VerificationPolicy.classify(status: 21006, isRetryable: nil, hasReceipt: true) == .verified)
         #expect(VerificationPolicy.classify(status: 21006, isRetryable: nil, hasReceipt: false) == .final)
         #expect(VerificationPolicy.classify(status: 21007, isRetryable: nil, hasReceipt: false) == .redirectToSandbox)

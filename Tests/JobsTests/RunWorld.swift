@@ -76,7 +76,7 @@ final class RunWorld: @unchecked Sendable {
     @discardableResult
     func addReceipt(_ account: String, _ blob: String) async throws -> Int64 {
         try await connection.query("""
-            INSERT INTO iap.app_receipts (account_id, bundle_id, latest_receipt) VALUES (\(account), 'com.example', \(blob)) RETURNING id
+            INSERT INTO iap.app_receipts (account_id, bundle_id, latest_receipt) VALUES (\(account), 'com.example.app', \(blob)) RETURNING id
             """)[0].decode("id")
     }
 
@@ -123,6 +123,16 @@ final class RunWorld: @unchecked Sendable {
         await connections.reader.close()
         await connections.writer.close()
         return result
+    }
+
+    /// The report directory of the latest run (each run of `options()` gets one of its own).
+    func lastReportDirectory() throws -> URL? {
+        let directories = try FileManager.default.contentsOfDirectory(
+            at: reportRoot, includingPropertiesForKeys: [.contentModificationDateKey])
+        return try directories.max {
+            try $0.resourceValues(forKeys: [.contentModificationDateKey]).contentModificationDate!
+                < $1.resourceValues(forKeys: [.contentModificationDateKey]).contentModificationDate!
+        }
     }
 
     func entitlements() async throws -> [String: Entitlement] {

@@ -1,0 +1,94 @@
+import AppStore
+import Foundation
+
+/// What PostgreSQL cannot store, found before a batch is written: one receipt with a NUL byte in
+/// a product id, a date past year 9999 or a number past its column's range must fail that
+/// receipt with a reason, never the batch it shares with ordinary accounts, never the run.
+///
+/// The problems name the field, never the value: a hostile value must not reach reports or logs.
+public enum StorableValues {
+    /// The first timestamp every column takes and every reader reads back (0001-01-01T00:00:00Z).
+    static let earliest = Date(timeIntervalSince1970: -62_135_596_800)
+    /// The first timestamp past year 9999 (10000-01-01T00:00:00Z).
+    static let pastLatest = Date(timeIntervalSince1970: 253_402_300_800)
+
+    /// Why `text` cannot be stored in a `text` or `jsonb` column, if it cannot.
+    public static func problem(text: String?, field: String) -> String? {
+        guard let text, text.utf8.contains(0) else { return nil }
+        return "\(field) holds a NUL byte"
+    }
+
+    /// Why `date` cannot be stored in a `timestamptz` column and read back, if it cannot.
+    public static func problem(date: Date?, field: String) -> String? {
+        guard let date else { return nil }
+        guard date >= earliest && date < pastLatest else { return "\(field) is outside the years 1 to 9999" }
+        return nil
+    }
+
+    /// The first value of Apple's answer that the ledger, the receipt row or a correction could
+    /// not store: every transaction, every renewal info and the environment.
+    public static func problem(in response: VerifyReceiptResponse) -> String? {
+        if let problem = problem(text: response.environment, field: "environment") { return problem }
+        for transaction in response.latestReceiptInfo + (response.receipt?.inApp ?? []) {
+            if let problem = problem(in: transaction) { return problem }
+        }
+        for (index, renewal) in response.pendingRenewalInfo.enumerated() {
+            let field = "pending_renewal_info[\(index)]"
+            let problems = [
+                problem(text: renewal.originalTransactionId, field: "\(field).original_transaction_id"),
+                problem(text: renewal.productId, field: "\(field).product_id"),
+                problem(text: renewal.autoRenewProductId, field: "\(field).auto_renew_product_id"),
+                problem(date: renewal.gracePeriodExpiresDate, field: "\(field).grace_period_expires_date_ms"),
+            ]
+            if let problem = problems.lazy.compactMap({ $0 }).first { return problem }
+        }
+        return nil
+    }
+
+    /// The first value of one transaction that a ledger row could not hold.
+    public static func problem(in transaction: Transaction) -> String? {
+        // The id names the transaction in the reason only once it is known to be printable text.
+        let id = transaction.transactionId.utf8.contains(0) ? "a transaction" : "transaction \(transaction.transactionId)"
+        let problems = [
+            problem(text: transaction.transactionId, field: "transaction_id"),
+            problem(text: transaction.originalTransactionId, field: "original_transaction_id"),
+            problem(text: transaction.productId, field: "product_id"),
+            problem(text: transaction.webOrderLineItemId, field: "web_order_line_item_id"),
+            problem(text: transaction.subscriptionGroupIdentifier, field: "subscription_group_identifier"),
+            problem(text: transaction.offerCodeRefName, field: "offer_code_ref_name"),
+            problem(text: transaction.promotionalOfferId, field: "promotional_offer_id"),
+            problem(text: transaction.inAppOwnershipType, field: "in_app_ownership_type"),
+            problem(date: transaction.purchaseDate, field: "purchase_date_ms"),
+            problem(date: transaction.originalPurchaseDate, field: "original_purchase_date_ms"),
+            problem(date: transaction.expiresDate, field: "expires_date_ms"),
+            problem(date: transaction.cancellationDate, field: "cancellation_date_ms"),
+            outOfRange(transaction.cancellationReason, field: "cancellation_reason"),
+            outOfRange(transaction.quantity, field: "quantity"),
+        ]
+        return problems.lazy.compactMap { $0 }.first.map { "\($0) in \(id)" }
+    }
+
+    /// Why a number cannot go into an `integer` column.
+    public static func outOfRange(_ number: Int?, field: String) -> String? {
+        guard let number, !(Int(Int32.min)...Int(Int32.max) ~= number) else { return nil }
+        return "\(field) is past the range of an integer column"
+    }
+
+    /// The first value of a local decode that the receipt row could not store.
+    public static func problem(in local: LocalReceipt) -> String? {
+        problem(text: local.bundleId, field: "the bundle id")
+            ?? local.originals.lazy.compactMap { problem(text: $0, field: "an original transaction id") }.first
+    }
+}
+
+/// What the local decode of a stored blob says: recorded on the receipt row, checked against the
+/// app's bundle ids; never used to grant or revoke.
+public struct LocalReceipt: Sendable, Equatable {
+    public var bundleId: String?
+    public var originals: [String]
+
+    public init(bundleId: String?, originals: [String]) {
+        self.bundleId = bundleId
+        self.originals = originals
+    }
+}
