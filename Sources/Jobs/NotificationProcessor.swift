@@ -21,11 +21,19 @@ struct NotificationProcessor: Sendable {
     func process(runId: Int64, now: Date, summary: inout RunSummary) async throws {
         var after: (Date, Int64)?
         while true {
-            let page = try await store.unprocessed(after: after, limit: 500)
+            let page = try await ReconciliationRun.retryingLostConnections(logger: logger) { [after] in
+                try await store.unprocessed(after: after, limit: 500, runId: runId)
+            }
             guard let last = page.last else { return }
             after = (last.receivedAt, last.id)
             for pending in page {
-                let (type, outcome, account) = try await process(pending, runId: runId, now: now)
+                let processed = try await ReconciliationRun.retryingLostConnections(logger: logger) {
+                    try await store.connection.withTransaction { _ in
+                        try await store.claim(pending.id, runId: runId) ? try await process(pending, runId: runId, now: now) : nil
+                    }
+                }
+                // Claimed by another worker (another shard), or processed meanwhile.
+                guard let (type, outcome, account) = processed else { continue }
                 summary.notifications[type, default: [:]][outcome, default: 0] += 1
                 if type == "CONSUMPTION_REQUEST" && summary.consumptionRequests.count < 1_000 {
                     summary.consumptionRequests.append("notification \(pending.id)" + (account.map { ", account \($0)" } ?? ""))
@@ -34,7 +42,8 @@ struct NotificationProcessor: Sendable {
         }
     }
 
-    /// One notification: returns its type, outcome and account.
+    /// One notification, in the caller's transaction: returns its type, outcome and account.
+    /// Locks are taken in a batch's order (receipts, then the ledger), so the two never deadlock.
     private func process(_ pending: NotificationStore.Pending, runId: Int64, now: Date) async throws -> (String, String, String?) {
         let notification: ServerNotification
         do {
@@ -48,24 +57,21 @@ struct NotificationProcessor: Sendable {
         guard notification.passwordMatches(sharedSecret) else {
             try await store.mark(pending.id, outcome: "rejected", processed: true, accountId: nil, runId: runId, now: now)
             logger.warning("notification.rejected", metadata: [
-                "notification.id": "\(pending.id)", "notification.type": "\(type)",
-                "reason": "the password is not the shared secret",
+                "notification.id": "\(pending.id)", "notification.type": "\(type)", "reason": "the password is not the shared secret",
             ])
             return (type, "rejected", nil)
         }
-        return try await store.connection.withTransaction { _ in
-            guard let account = try await store.account(owning: notification.originalTransactionIds) else {
-                let givenUp = now.timeIntervalSince(pending.receivedAt) > maximumAge
-                try await store.mark(pending.id, outcome: "unmatched", processed: givenUp, accountId: nil, runId: runId, now: now)
-                return (type, "unmatched", nil)
-            }
-            let environment = notification.appleEnvironment?.rawValue ?? "Production"
-            try await ledger.upsertLedger(notification.unifiedReceipt.latestReceiptInfo.map {
-                LedgerEntry(accountId: account, transaction: $0, environment: environment)
-            })
-            try await store.requestReverification(accountId: account, now: now)
-            try await store.mark(pending.id, outcome: "applied", processed: true, accountId: account, runId: runId, now: now)
-            return (type, "applied", account)
+        guard let account = try await store.account(owning: notification.originalTransactionIds) else {
+            let givenUp = now.timeIntervalSince(pending.receivedAt) > maximumAge
+            try await store.mark(pending.id, outcome: "unmatched", processed: givenUp, accountId: nil, runId: runId, now: now)
+            return (type, "unmatched", nil)
         }
+        try await store.requestReverification(accountId: account, now: now)
+        let environment = notification.appleEnvironment?.rawValue ?? "Production"
+        try await ledger.upsertLedger(notification.unifiedReceipt.latestReceiptInfo.map {
+            LedgerEntry(accountId: account, transaction: $0, environment: environment)
+        })
+        try await store.mark(pending.id, outcome: "applied", processed: true, accountId: account, runId: runId, now: now)
+        return (type, "applied", account)
     }
 }

@@ -80,8 +80,28 @@ public final class ReconciliationRun: Sendable {
     /// Runs to the end and returns the summary (also stored in `iap.reconciliation_runs`).
     public func run() async throws -> (summary: RunSummary, ending: Ending) {
         guard try await RunLock.tryAcquire(connections.lock, shard: options.selection.shard) else { throw RunLocked() }
-        defer { Task { [lock = connections.lock] in await RunLock.release(lock) } }
+        do {
+            let result = try await runHoldingLock()
+            await RunLock.release(connections.lock)
+            return result
+        } catch {
+            await RunLock.release(connections.lock)
+            throw error
+        }
+    }
 
+    /// Makes sure the run still holds its lock before it writes: after the lock's connection was
+    /// lost (a server restart) the lock is gone with it, so it is taken again on the new
+    /// connection, or the run stops if another run took it meanwhile.
+    func ensureLockHeld(logger: Logger) async throws {
+        try await Self.retryingLostConnections(logger: logger) {
+            if try await RunLock.isHeld(connections.lock, shard: options.selection.shard) { return }
+            guard try await RunLock.tryAcquire(connections.lock, shard: options.selection.shard) else { throw RunLockLost() }
+            logger.warning("run.lock_retaken", metadata: ["reason": "the connection holding the run lock was lost"])
+        }
+    }
+
+    private func runHoldingLock() async throws -> (summary: RunSummary, ending: Ending) {
         let now = Date()
         let reader = ReconciliationStore(connection: connections.reader)
         let writer = ReconciliationStore(connection: connections.writer)
@@ -99,77 +119,38 @@ public final class ReconciliationRun: Sendable {
             "run.kind": "\(options.kind)", "run.dry_run": "\(options.isDryRun)", "run.shard": "\(options.shardText ?? "all")",
         ])
 
-        if !options.isDryRun {
-            let adopted = try await writer.adoptInterruptedRuns(runId: summary.runId, shard: options.shardText, now: now)
-            summary.correctionsAdopted = adopted.corrections
-            summary.accountsAdopted = adopted.accounts
-            if adopted.corrections > 0 {
-                logger.notice("run.adopted", metadata: ["corrections": "\(adopted.corrections)"])
-            }
-        }
-
-        if !options.isDryRun && options.processesNotifications {
-            let processor = NotificationProcessor(
-                store: NotificationStore(connection: connections.writer), ledger: writer, sharedSecret: sharedSecret,
-                maximumAge: options.notificationMaximumAge, logger: logger)
-            try await processor.process(runId: summary.runId, now: now, summary: &summary)
-            try await writer.updateRun(summary)
-        }
-
         let report: RunReportWriter
         do {
+            if !options.isDryRun {
+                summary.correctionsAdopted = try await writer.adoptInterruptedRuns(
+                    runId: summary.runId, shard: options.selection.shard, now: now)
+                if summary.correctionsAdopted > 0 {
+                    logger.notice("run.adopted", metadata: ["corrections": "\(summary.correctionsAdopted)"])
+                }
+            }
+            if !options.isDryRun && options.processesNotifications {
+                try await ensureLockHeld(logger: logger)
+                let processor = NotificationProcessor(
+                    store: NotificationStore(connection: connections.writer), ledger: writer, sharedSecret: sharedSecret,
+                    maximumAge: options.notificationMaximumAge, logger: logger)
+                try await processor.process(runId: summary.runId, now: now, summary: &summary)
+                try await writer.updateRun(summary)
+            }
+            // Without a report the run does not start.
             report = try RunReportWriter(
                 directory: options.reportDirectory ?? URL(filePath: "reports").appending(path: "run-\(summary.runId)"))
         } catch {
-            // Without a report the run does not start: record it as failed, not left `running`.
-            summary.status = "failed"
-            summary.error = "\(error)"
-            summary.finishedAt = Date()
-            try? await writer.updateRun(summary)
-            throw error
+            try await recordFailure(error, summary: &summary, writer: writer, report: nil)
         }
+
+        let ending: Ending
         do {
             let rules = EntitlementRules(catalog: try await reader.catalog(), sandboxPolicy: options.sandboxPolicy)
             summary = try await verifyAndPlan(now: now, rules: rules, reader: reader, writer: writer, summary: summary,
                                               report: report, logger: logger)
+            ending = try await applyWithinSafetyLimit(now: now, writer: writer, summary: &summary, logger: logger)
         } catch {
-            summary.status = "failed"
-            summary.error = "\(error)"
-            summary.finishedAt = Date()
-            try? await writer.updateRun(summary)
-            try? await report.finish(summary: summary, store: writer)
-            try? writeMetrics(summary)
-            throw error
-        }
-
-        let rejectedSecret = secretRejections.withLock { state in
-            state.consecutive >= sharedSecretRejectionLimit || (state.total > 0 && summary.accountsVerified == 0 && state.total >= 3)
-        }
-        var ending: Ending = stopRequested.withLock { $0 } ? .interrupted : .completed
-        if rejectedSecret { ending = .sharedSecretRejected }
-
-        if !options.isDryRun {
-            let planned = try await Self.retryingLostConnections(logger: logger) { try await writer.plannedRevokes(runId: summary.runId) }
-            let accounts = summary.accountsProcessed + summary.accountsAdopted
-            let ratio = accounts == 0 ? 0 : Double(planned.revokedAccounts) / Double(accounts)
-            if accounts >= options.revokeRatioMinimumAccounts && ratio > options.maximumRevokeRatio {
-                ending = .aborted
-                summary.error = String(format: "%d of %d accounts (%.1f%%) would lose an entitlement, over the --max-revoke-ratio of %.1f%%: nothing was applied; the planned corrections are kept for review",
-                                       planned.revokedAccounts, accounts, ratio * 100, options.maximumRevokeRatio * 100)
-                logger.error("run.aborted", metadata: ["reason": "\(summary.error!)"])
-            } else {
-                var after: Int64 = 0
-                while true {
-                    let cursor = after
-                    let result = try await Self.retryingLostConnections(logger: logger) {
-                        try await writer.applyPlanned(runId: summary.runId, afterId: cursor, limit: options.batchSize, now: now)
-                    }
-                    guard let last = result.lastId else { break }
-                    after = last
-                    summary.correctionsApplied += result.applied
-                    summary.correctionsSuperseded += result.superseded
-                }
-            }
+            try await recordFailure(error, summary: &summary, writer: writer, report: report)
         }
 
         summary.appleStormPauses = client.stormGate.pauses
@@ -204,15 +185,69 @@ public final class ReconciliationRun: Sendable {
         return (summary, ending)
     }
 
+    /// Records the run as `failed` (its committed plan is taken over by the next run), writes what
+    /// report it can, and rethrows.
+    private func recordFailure(_ error: any Error, summary: inout RunSummary, writer: ReconciliationStore,
+                               report: RunReportWriter?) async throws -> Never {
+        summary.status = "failed"
+        summary.error = "\(error)"
+        summary.finishedAt = Date()
+        try? await writer.updateRun(summary)
+        try? await report?.finish(summary: summary, store: writer)
+        try? writeMetrics(summary)
+        throw error
+    }
+
+    /// Checks the safety limit over every account the run counts (each once), then applies the
+    /// planned corrections batch by batch, or applies nothing and ends `aborted`.
+    private func applyWithinSafetyLimit(now: Date, writer: ReconciliationStore, summary: inout RunSummary,
+                                        logger: Logger) async throws -> Ending {
+        let rejectedSecret = secretRejections.withLock { state in
+            state.consecutive >= sharedSecretRejectionLimit || (state.total > 0 && summary.accountsVerified == 0 && state.total >= 3)
+        }
+        if rejectedSecret { return .sharedSecretRejected }
+        let ending: Ending = stopRequested.withLock { $0 } ? .interrupted : .completed
+        guard !options.isDryRun else { return ending }
+
+        let (runId, processed, shard) = (summary.runId, summary.accountsProcessed, options.selection.shard)
+        let planned = try await Self.retryingLostConnections(logger: logger) { try await writer.plannedRevokes(runId: runId) }
+        let accounts = summary.correctionsAdopted == 0 ? processed : try await Self.retryingLostConnections(logger: logger) {
+            max(processed, try await writer.accountsCounted(runId: runId, shard: shard))
+        }
+        summary.accountsAdopted = accounts - processed
+        let ratio = accounts == 0 ? 0 : Double(planned.revokedAccounts) / Double(accounts)
+        if accounts >= options.revokeRatioMinimumAccounts && ratio > options.maximumRevokeRatio {
+            summary.error = String(format: "%d of %d accounts (%.1f%%) would lose an entitlement, over the --max-revoke-ratio of %.1f%%: nothing was applied; the planned corrections are kept for review",
+                                   planned.revokedAccounts, accounts, ratio * 100, options.maximumRevokeRatio * 100)
+            logger.error("run.aborted", metadata: ["reason": "\(summary.error!)"])
+            return .aborted
+        }
+        var after: Int64 = 0
+        while true {
+            let cursor = after
+            try await ensureLockHeld(logger: logger)
+            let result = try await Self.retryingLostConnections(logger: logger) {
+                try await writer.applyPlanned(runId: runId, afterId: cursor, limit: options.batchSize, now: now)
+            }
+            guard let last = result.lastId else { break }
+            after = last
+            summary.correctionsApplied += result.applied
+            summary.correctionsSuperseded += result.superseded
+        }
+        return ending
+    }
+
     /// Runs `body` again when the database connection was lost (the server restarted, a network
-    /// blip): the connection reconnects on its next statement, and a transaction either committed
-    /// whole or not at all, so repeating it is safe. Gives up after about a minute.
+    /// blip) or the server rolled its transaction back to break a deadlock: the connection
+    /// reconnects on its next statement, and a transaction either committed whole or not at all
+    /// (a batch counts itself, so one whose COMMIT landed unacknowledged is not written twice),
+    /// so repeating it is safe. Gives up after about a minute.
     static func retryingLostConnections<Result>(logger: Logger, _ body: () async throws -> Result) async throws -> Result {
         var delay = Duration.milliseconds(500)
         for attempt in 1... {
             do {
                 return try await body()
-            } catch let error as PostgresError where error.isConnectionError && attempt < 8 {
+            } catch let error as PostgresError where (error.isConnectionError || error.isTransactionConflict) && attempt < 8 {
                 logger.warning("database.retrying", metadata: ["attempt": "\(attempt)", "error": "\(error)"])
                 try await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(15))
@@ -234,13 +269,6 @@ public final class ReconciliationRun: Sendable {
         var accountId: String
         var receipts: [StoredReceipt]
         var stored: [Entitlement]
-    }
-
-    /// A keyset page of due accounts with their receipts and stored entitlements.
-    struct Page: Sendable {
-        var accounts: [String]
-        var receipts: [String: [StoredReceipt]]
-        var stored: [String: [Entitlement]]
     }
 
     struct AccountResult: Sendable {
@@ -269,15 +297,20 @@ public final class ReconciliationRun: Sendable {
             group.addTask { [options] in
                 var summary = summary
                 var failure: (any Error)?
+                var sequence = 0
                 for await batch in batches.stream {
                     // Keep draining after a failure, so the producer is never left waiting.
                     defer { pendingBatches.release() }
                     guard failure == nil else { continue }
                     var next = summary
                     for result in batch { next.add(result.counts) }
+                    sequence += 1
                     do {
-                        try await Self.retryingLostConnections(logger: logger) {
+                        try await Self.retryingLostConnections(logger: logger) { [sequence] in
+                          try await self.ensureLockHeld(logger: logger)
                           try await writer.connection.withTransaction { _ in
+                            // A retry after a lost COMMIT acknowledgement finds the batch written already.
+                            guard try await writer.claimBatch(runId: summary.runId, sequence: sequence) else { return }
                             try await writer.writeBatch(
                                 runId: summary.runId, startedAt: now, receipts: batch.flatMap(\.receiptUpdates),
                                 ledger: batch.flatMap(\.ledger),
@@ -316,13 +349,12 @@ public final class ReconciliationRun: Sendable {
                     }
                     // The next page is read while this one is verified, so Apple's requests never
                     // wait for the database; one read at a time on the reader connection.
-                    @Sendable func read(after cursor: String) async throws -> Page {
+                    @Sendable func read(after cursor: String) async throws -> ReconciliationStore.AccountPage {
                         try await Self.retryingLostConnections(logger: logger) {
-                            let page = try await reader.accounts(after: cursor, limit: options.pageSize, selection: options.selection, now: now)
-                            return Page(accounts: page, receipts: try await reader.receipts(of: page), stored: try await reader.entitlements(of: page))
+                            try await reader.page(after: cursor, limit: options.pageSize, selection: options.selection, now: now)
                         }
                     }
-                    var nextPage: Task<Page, any Error>? = Task { try await read(after: "") }
+                    var nextPage: Task<ReconciliationStore.AccountPage, any Error>? = Task { try await read(after: "") }
                     defer { nextPage?.cancel() }
                     pages: while !shouldStop, let reading = nextPage {
                         let page = try await reading.value

@@ -60,3 +60,11 @@ public struct SharedSecretRejected: Error, CustomStringConvertible {
 public struct RunLocked: Error, CustomStringConvertible {
     public var description: String { "another run holds the lock on this database" }
 }
+
+/// The run lost its lock (its connection was lost) and another run took it meanwhile: the run
+/// stops before writing anything more; its committed plan is taken over by a later run.
+public struct RunLockLost: Error, CustomStringConvertible {
+    public var description: String {
+        "the connection holding the run lock was lost and another run holds the lock now: stopped before writing more"
+    }
+}

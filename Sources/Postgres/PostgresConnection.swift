@@ -53,12 +53,20 @@ public final class PostgresConnection: Sendable {
         try await onThread { handle in try handle.execute(query).affectedRows }
     }
 
+    /// How a transaction sees the database.
+    public enum TransactionMode: String, Sendable {
+        /// PostgreSQL's default (read committed): each statement sees what was committed before it.
+        case readCommitted = "BEGIN"
+        /// One snapshot for every statement, read only: several reads that must agree with each other.
+        case snapshotReadOnly = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+    }
+
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
     @discardableResult
     public func withTransaction<Result: Sendable>(
-        _ body: (PostgresConnection) async throws -> Result
+        _ mode: TransactionMode = .readCommitted, _ body: (PostgresConnection) async throws -> Result
     ) async throws -> Result {
-        try await onThread { handle in try handle.begin() }
+        try await onThread { handle in try handle.begin(mode.rawValue) }
         let result: Result
         do {
             result = try await body(self)
@@ -197,8 +205,8 @@ final class ConnectionHandle: @unchecked Sendable {
         try run(query.sql, binds: query.binds)
     }
 
-    func begin() throws(PostgresError) {
-        _ = try run("BEGIN", binds: [])
+    func begin(_ statement: String) throws(PostgresError) {
+        _ = try run(statement, binds: [])
         isInTransaction = true
     }
 

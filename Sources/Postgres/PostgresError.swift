@@ -57,6 +57,12 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
             || sqlState.map { $0.hasPrefix("08") || $0 == "57P01" || $0 == "57P02" || $0 == "57P03" } == true
     }
 
+    /// True when the server rolled the transaction back to resolve a conflict (a deadlock, a
+    /// serialization failure): the same transaction may succeed when run again.
+    public var isTransactionConflict: Bool {
+        sqlState == "40P01" || sqlState == "40001"
+    }
+
     public var description: String {
         var text = "PostgreSQL \(code) during \(phase.rawValue)"
         if let sqlState { text += " [SQLSTATE \(sqlState)]" }

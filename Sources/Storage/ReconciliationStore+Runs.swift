@@ -12,36 +12,78 @@ extension ReconciliationStore {
         return try rows[0].decode("id")
     }
 
-    /// Takes over the planned corrections of earlier runs of the same shard (the caller holds the
-    /// lock, so no live process owns them): runs left `running` by a process that died are marked
-    /// `interrupted`, so the work they committed is applied rather than redone; runs `aborted` by
-    /// the safety limit hand over their plan, which this run applies only if it passes the limit
-    /// (after an operator raised it, say). A re-verified account's fresh plan supersedes the old one.
-    /// Returns how many corrections moved and how many accounts those runs had processed.
-    public func adoptInterruptedRuns(runId: Int64, shard: String?, now: Date) async throws -> (corrections: Int, accounts: Int) {
-        try await connection.withTransaction { connection in
+    /// Takes over the planned corrections that earlier runs left for the accounts this run covers
+    /// (the caller holds the run lock, and `RunLock` refuses mixed shard layouts, so no live process
+    /// owns them): runs left `running` by a process that died are marked `interrupted`; runs
+    /// `interrupted`, `aborted` by the safety limit or `failed` hand over their plan, whatever shard
+    /// layout they ran with. An aborted plan is applied only if it passes the limit (after an
+    /// operator raised it, say); a re-verified account's fresh plan supersedes the old one.
+    /// Records the runs taken over (and those they had taken over) in `adopted_from`, so the safety
+    /// limit counts each of their accounts once. Returns how many corrections moved.
+    public func adoptInterruptedRuns(runId: Int64, shard: (index: Int, count: Int)?, now: Date) async throws -> Int {
+        let (shardIndex, shardCount) = (shard.map(\.index), shard.map(\.count))
+        return try await connection.withTransaction { connection in
+            // Dead for sure: every run but the live workers of this run's own layout (other shards of K/N).
             try await connection.execute("""
                 UPDATE iap.reconciliation_runs
                 SET status = 'interrupted', finished_at = COALESCE(finished_at, \(now)),
                     error = COALESCE(error, 'the process ended before the run finished; a later run took over its planned corrections')
-                WHERE status = 'running' AND id <> \(runId) AND shard IS NOT DISTINCT FROM \(shard)
+                WHERE status = 'running' AND id <> \(runId)
+                  AND (\(shardCount)::bigint IS NULL OR shard IS NULL OR shard = \(shard.map { "\($0.index)/\($0.count)" })
+                       OR split_part(shard, '/', 2)::bigint <> \(shardCount))
                 """)
-            let candidates = try await connection.query("""
-                SELECT r.id, r.accounts_processed FROM iap.reconciliation_runs r
-                WHERE r.id <> \(runId) AND NOT r.dry_run AND r.status IN ('interrupted', 'aborted')
-                  AND r.shard IS NOT DISTINCT FROM \(shard)
-                  AND EXISTS (SELECT 1 FROM iap.corrections c WHERE c.run_id = r.id AND c.status = 'planned')
+            let moved = try await connection.query("""
+                WITH moved AS (
+                    UPDATE iap.corrections c SET run_id = \(runId)
+                    FROM iap.reconciliation_runs r
+                    WHERE c.run_id = r.id AND r.id <> \(runId) AND NOT r.dry_run
+                      AND r.status IN ('interrupted', 'aborted', 'failed')
+                      AND c.status = 'planned' AND iap.in_shard(c.account_id, \(shardIndex), \(shardCount))
+                    RETURNING r.id AS from_run
+                )
+                SELECT from_run, count(*) AS corrections FROM moved GROUP BY from_run
                 """)
-            guard !candidates.isEmpty else { return (0, 0) }
-            let adopted: [Int64] = try candidates.map { try $0.decode("id") }
-            let accounts = try candidates.reduce(0) { $0 + (try $1.decode("accounts_processed", as: Int.self)) }
-            let ids = PostgresTextArray(adopted.map(String.init))
-            let moved = try await connection.execute("""
-                UPDATE iap.corrections SET run_id = \(runId) WHERE run_id = ANY(\(ids)::bigint[]) AND status = 'planned'
+            guard !moved.isEmpty else { return 0 }
+            let adopted = PostgresTextArray(try moved.map { String(try $0.decode("from_run", as: Int64.self)) })
+            try await connection.execute("""
+                UPDATE iap.reconciliation_runs SET adopted_from = (
+                    SELECT array_agg(DISTINCT id ORDER BY id) FROM (
+                        SELECT unnest(\(adopted)::bigint[]) AS id
+                        UNION SELECT unnest(adopted_from) FROM iap.reconciliation_runs WHERE id = ANY(\(adopted)::bigint[])
+                    ) runs)
+                WHERE id = \(runId)
                 """)
-            try await connection.execute("UPDATE iap.reconciliation_runs SET adopted_from = \(ids)::bigint[] WHERE id = \(runId)")
-            return (moved, accounts)
+            return try moved.reduce(0) { $0 + (try $1.decode("corrections", as: Int.self)) }
         }
+    }
+
+    /// The accounts the safety limit counts for this run: those it processed and those of the
+    /// runs whose plans it took over (`adopted_from`) that it did not process again, each once,
+    /// within the run's shard. An account's receipts name the last run that processed it.
+    public func accountsCounted(runId: Int64, shard: (index: Int, count: Int)?) async throws -> Int {
+        try await connection.query("""
+            SELECT count(DISTINCT account_id) AS accounts FROM iap.app_receipts
+            WHERE last_run_id = ANY(SELECT \(runId) UNION SELECT unnest(adopted_from) FROM iap.reconciliation_runs WHERE id = \(runId))
+              AND iap.in_shard(account_id, \(shard.map(\.index)), \(shard.map(\.count)))
+            """)[0].decode("accounts")
+    }
+
+    /// Counts a batch as committed, in the batch's transaction; false when this batch was
+    /// committed already (its COMMIT landed but the acknowledgement was lost), so the retry
+    /// writes nothing a second time.
+    public func claimBatch(runId: Int64, sequence: Int) async throws -> Bool {
+        let claimed = try await connection.execute("""
+            UPDATE iap.reconciliation_runs SET batches_written = \(sequence)
+            WHERE id = \(runId) AND batches_written = \(sequence - 1)
+            """)
+        if claimed == 1 { return true }
+        let written: Int = try await connection.query("""
+            SELECT batches_written FROM iap.reconciliation_runs WHERE id = \(runId)
+            """)[0].decode("batches_written")
+        guard written >= sequence else {
+            throw PostgresError(code: .server, message: "run \(runId) has committed \(written) batches, so batch \(sequence) cannot follow")
+        }
+        return false
     }
 
     /// Stores the run's counts (in the batch's transaction, so they match what was committed).

@@ -48,16 +48,14 @@ public struct ReconciliationStore: Sendable {
                   AND (reverify_requested_at IS NOT NULL
                        OR ((last_verified_at IS NULL OR last_verified_at < \(staleBefore))
                            AND (next_attempt_at IS NULL OR next_attempt_at <= \(now))))
-                  AND (\(shardCount)::bigint IS NULL
-                       OR ((hashtextextended(account_id, 0) % \(shardCount)) + \(shardCount)) % \(shardCount) = \(shardIndex))
+                  AND iap.in_shard(account_id, \(shardIndex), \(shardCount))
                 GROUP BY account_id ORDER BY account_id LIMIT \(limit)
                 """)
         case .reverifyRequested:
             rows = try await connection.query("""
                 SELECT account_id FROM iap.app_receipts
                 WHERE account_id > \(after) AND reverify_requested_at IS NOT NULL
-                  AND (\(shardCount)::bigint IS NULL
-                       OR ((hashtextextended(account_id, 0) % \(shardCount)) + \(shardCount)) % \(shardCount) = \(shardIndex))
+                  AND iap.in_shard(account_id, \(shardIndex), \(shardCount))
                 GROUP BY account_id ORDER BY account_id LIMIT \(limit)
                 """)
         case .backfill(let accounts, let receiptIds, let since, let until, let products, _):
@@ -71,12 +69,28 @@ public struct ReconciliationStore: Sendable {
                   AND (cardinality(\(products)::text[]) = 0 OR account_id IN (
                         SELECT account_id FROM iap.entitlements WHERE product_id = ANY(\(products)::text[])
                         UNION SELECT account_id FROM iap.transactions WHERE product_id = ANY(\(products)::text[])))
-                  AND (\(shardCount)::bigint IS NULL
-                       OR ((hashtextextended(account_id, 0) % \(shardCount)) + \(shardCount)) % \(shardCount) = \(shardIndex))
+                  AND iap.in_shard(account_id, \(shardIndex), \(shardCount))
                 GROUP BY account_id ORDER BY account_id LIMIT \(limit)
                 """)
         }
         return try rows.map { try $0.decode("account_id") }
+    }
+
+    /// A keyset page of selected accounts with every receipt and stored entitlement of each.
+    public struct AccountPage: Sendable {
+        public var accounts: [String]
+        public var receipts: [String: [StoredReceipt]]
+        public var stored: [String: [Entitlement]]
+    }
+
+    /// The next page after `after`, read from one snapshot: a purchase the app server commits
+    /// meanwhile (a receipt and its entitlement) is seen whole or not at all, never as an
+    /// entitlement without the receipt that supports it, which would plan a revoke.
+    public func page(after: String, limit: Int, selection: AccountSelection, now: Date) async throws -> AccountPage {
+        try await connection.withTransaction(.snapshotReadOnly) { _ in
+            let accounts = try await self.accounts(after: after, limit: limit, selection: selection, now: now)
+            return AccountPage(accounts: accounts, receipts: try await receipts(of: accounts), stored: try await entitlements(of: accounts))
+        }
     }
 
     /// How many accounts the selection holds now (for a progress display).
@@ -149,21 +163,27 @@ public struct ReconciliationStore: Sendable {
         guard !updates.isEmpty else { return }
         try await connection.execute("""
             UPDATE iap.app_receipts AS r SET
-                environment      = COALESCE(u.environment, r.environment),
+                -- What the run learned describes the blob it read: a row the app server wrote meanwhile
+                -- (xmin changed: a new blob) keeps its own state and stays due.
+                environment      = CASE WHEN r.xmin::text = u.row_version THEN COALESCE(u.environment, r.environment)
+                                        ELSE r.environment END,
                 last_verified_at = CASE WHEN r.xmin::text = u.row_version THEN COALESCE(u.verified_at, r.last_verified_at)
                                         ELSE r.last_verified_at END,
-                last_status      = u.status,
-                next_attempt_at  = u.next_attempt_at,
-                attempts         = u.attempts,
-                last_outcome     = u.outcome,
+                last_status      = CASE WHEN r.xmin::text = u.row_version THEN u.status ELSE r.last_status END,
+                next_attempt_at  = CASE WHEN r.xmin::text = u.row_version THEN u.next_attempt_at ELSE r.next_attempt_at END,
+                attempts         = CASE WHEN r.xmin::text = u.row_version THEN u.attempts ELSE r.attempts END,
+                last_outcome     = CASE WHEN r.xmin::text = u.row_version THEN u.outcome ELSE r.last_outcome END,
                 last_run_id      = \(runId),
                 latest_receipt   = CASE WHEN r.xmin::text = u.row_version AND u.latest_receipt IS NOT NULL
                                         THEN u.latest_receipt ELSE r.latest_receipt END,
-                -- A notification's request is done once the receipt verified (unless it came after the run began).
-                receipt_bundle_id = COALESCE(u.local_bundle_id, r.receipt_bundle_id),
-                receipt_original_transaction_ids = COALESCE(u.local_originals::text[], r.receipt_original_transaction_ids),
+                receipt_bundle_id = CASE WHEN r.xmin::text = u.row_version THEN COALESCE(u.local_bundle_id, r.receipt_bundle_id)
+                                         ELSE r.receipt_bundle_id END,
+                receipt_original_transaction_ids = CASE WHEN r.xmin::text = u.row_version
+                                                        THEN COALESCE(u.local_originals::text[], r.receipt_original_transaction_ids)
+                                                        ELSE r.receipt_original_transaction_ids END,
                 -- A blob the app server replaced meanwhile was not what this digest came from.
                 ledger_digest    = CASE WHEN r.xmin::text = u.row_version THEN u.ledger_digest END,
+                -- A notification's request is done once the receipt verified (unless it came after the run began).
                 reverify_requested_at = CASE WHEN u.verified_at IS NOT NULL AND r.reverify_requested_at <= \(startedAt)
                                              THEN NULL ELSE r.reverify_requested_at END
             FROM unnest(\(PostgresTextArray(updates.map { String($0.id) }))::bigint[],
@@ -309,7 +329,11 @@ public struct ReconciliationStore: Sendable {
                 let entitlement = try Entitlement(row: row)
                 stored[entitlement.accountId + "\u{0}" + entitlement.productId] = entitlement
             }
-            var apply: [(id: Int64, after: String)] = []
+            // Corrections planned against an existing row update it (locked above); those planned
+            // where no row existed insert one only if still absent: a row the app server inserted
+            // meanwhile cannot be locked in advance, and must not be overwritten.
+            var updates: [(id: Int64, after: String)] = []
+            var inserts: [(id: Int64, key: String, after: String)] = []
             var superseded: [Int64] = []
             var appliedHere: [String: String] = [:]
             for row in planned {
@@ -321,14 +345,15 @@ public struct ReconciliationStore: Sendable {
                 let current = try appliedHere[key].map { try EntitlementJSON.decode($0) } ?? stored[key]
                 if current == before {
                     let after: String = try row.decode("after")
-                    apply.append((id, after))
+                    if current == nil { inserts.append((id, key, after)) } else { updates.append((id, after)) }
                     appliedHere[key] = after
                 } else {
                     superseded.append(id)
                 }
             }
-            if !apply.isEmpty {
-                try await connection.execute("""
+            var applied: [Int64] = []
+            if !inserts.isEmpty {
+                let inserted = Set(try await connection.query("""
                     INSERT INTO iap.entitlements AS e (
                         account_id, product_id, original_transaction_id, latest_transaction_id, state, entitled,
                         expires_at, grace_period_expires_at, auto_renew, auto_renew_product_id, environment,
@@ -336,25 +361,40 @@ public struct ReconciliationStore: Sendable {
                     SELECT r.account_id, r.product_id, r.original_transaction_id, r.latest_transaction_id, r.state,
                            r.entitled, r.expires_at, r.grace_period_expires_at, r.auto_renew, r.auto_renew_product_id,
                            r.environment, r.ownership_type, r.refunded_at, \(now)
-                    FROM unnest(\(PostgresTextArray(apply.map(\.after)))::jsonb[]) AS a(after),
+                    FROM unnest(\(PostgresTextArray(inserts.map(\.after)))::jsonb[]) AS a(after),
                          jsonb_populate_record(NULL::iap.entitlements, a.after) AS r
-                    ON CONFLICT (account_id, product_id) DO UPDATE SET
-                        original_transaction_id = EXCLUDED.original_transaction_id,
-                        latest_transaction_id   = EXCLUDED.latest_transaction_id,
-                        state                   = EXCLUDED.state,
-                        entitled                = EXCLUDED.entitled,
-                        expires_at              = EXCLUDED.expires_at,
-                        grace_period_expires_at = EXCLUDED.grace_period_expires_at,
-                        auto_renew              = EXCLUDED.auto_renew,
-                        auto_renew_product_id   = EXCLUDED.auto_renew_product_id,
-                        environment             = EXCLUDED.environment,
-                        ownership_type          = EXCLUDED.ownership_type,
-                        refunded_at             = EXCLUDED.refunded_at,
-                        updated_at              = EXCLUDED.updated_at
+                    ON CONFLICT (account_id, product_id) DO NOTHING
+                    RETURNING e.account_id, e.product_id
+                    """).map { try $0.decode("account_id", as: String.self) + "\u{0}" + $0.decode("product_id", as: String.self) })
+                for insert in inserts {
+                    if inserted.contains(insert.key) { applied.append(insert.id) } else { superseded.append(insert.id) }
+                }
+            }
+            if !updates.isEmpty {
+                try await connection.execute("""
+                    UPDATE iap.entitlements AS e SET
+                        original_transaction_id = r.original_transaction_id,
+                        latest_transaction_id   = r.latest_transaction_id,
+                        state                   = r.state,
+                        entitled                = r.entitled,
+                        expires_at              = r.expires_at,
+                        grace_period_expires_at = r.grace_period_expires_at,
+                        auto_renew              = r.auto_renew,
+                        auto_renew_product_id   = r.auto_renew_product_id,
+                        environment             = r.environment,
+                        ownership_type          = r.ownership_type,
+                        refunded_at             = r.refunded_at,
+                        updated_at              = \(now)
+                    FROM unnest(\(PostgresTextArray(updates.map(\.after)))::jsonb[]) AS a(after),
+                         jsonb_populate_record(NULL::iap.entitlements, a.after) AS r
+                    WHERE e.account_id = r.account_id AND e.product_id = r.product_id
                     """)
+                applied += updates.map(\.id)
+            }
+            if !applied.isEmpty {
                 try await connection.execute("""
                     UPDATE iap.corrections SET status = 'applied', applied_at = \(now)
-                    WHERE id = ANY(\(PostgresTextArray(apply.map { String($0.id) }))::bigint[])
+                    WHERE id = ANY(\(PostgresTextArray(applied.map(String.init)))::bigint[])
                     """)
             }
             if !superseded.isEmpty {
@@ -363,7 +403,7 @@ public struct ReconciliationStore: Sendable {
                     WHERE id = ANY(\(PostgresTextArray(superseded.map(String.init)))::bigint[])
                     """)
             }
-            result.applied = apply.count
+            result.applied = applied.count
             result.superseded = superseded.count
             return result
         }

@@ -1,9 +1,10 @@
 import AppStore
 import Foundation
-import Jobs
+@testable import Jobs
+import Logging
 import Postgres
 import Reconciliation
-import Storage
+@testable import Storage
 import Testing
 import TestSupport
 
@@ -135,5 +136,375 @@ import TestSupport
             #expect(failures.contains("quantity is past the range"))
             #expect(!failures.contains("\u{0}"))
         }
+    }
+}
+
+/// Waits for a condition the test cannot be told about (a backend waiting on a lock, a batch
+/// committed), polling; fails the test after `timeout` instead of waiting forever.
+func waitUntil(_ what: String, timeout: Duration = .seconds(20), _ condition: () async throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while try await !condition() {
+        guard ContinuousClock.now < deadline else { throw TestSetupError(description: "timed out waiting until \(what)") }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+}
+
+extension RunWorld {
+    /// True once a backend of this world's database waits on a lock.
+    func someoneWaitsOnALock() async throws -> Bool {
+        try await count("""
+            SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+            """) > 0
+    }
+
+    /// 110 accounts, 15 of them refunded by Apple while stored active: more than the default 10% would lose access.
+    func populateRefundWave() async throws {
+        for index in 0..<110 {
+            let refunded = index < 15
+            let extra: [String: Any] = refunded ? ["cancel": ["at_ms": nowMs - dayMs, "reason": 0]] : [:]
+            try await addReceipt("a\(index)", spec: ["generate": ["subscriptions": [
+                subscription(original: "\(1000 + index)", renewals: 1, endDays: 10, extra: extra)]]])
+            try await store(Entitlement(accountId: "a\(index)", productId: "pro.monthly", originalTransactionId: "\(1000 + index)",
+                                        state: .active, expiresAt: expiry(endDays: 1)))
+        }
+    }
+}
+
+/// Issue 15, items 4 to 10: the safety limit, the run lock, adoption, applying, notifications, batches.
+@Suite struct RunSafetyTests {
+    /// Item 4: an account whose plan was taken over and that is verified again counts once, so
+    /// the night after an abort aborts again instead of applying the same revokes unattended.
+    @Test func theNightAfterAnAbortAbortsAgain() async throws {
+        try await RunWorld.with("abort-twice") { world in
+            try await world.populateRefundWave()
+            let before = try await world.entitlements()
+            var options = world.options(selection: .due(staleAfter: 0))  // every account due again on night 2
+            options.pageSize = 50
+            options.batchSize = 25
+            let (first, firstEnding) = try await world.run(options)
+            #expect(firstEnding == .aborted)
+            #expect(first.error?.contains("15 of 110") == true)
+
+            let (second, secondEnding) = try await world.run(options)
+            #expect(second.accountsProcessed == 110)
+            #expect(second.correctionsAdopted == 110)
+            #expect(secondEnding == .aborted)
+            #expect(second.error?.contains("15 of 110") == true)
+            #expect(second.accountsAdopted == 0)
+            #expect(try await world.entitlements() == before)
+
+            // A third night that verifies nobody still counts the accounts of the plan it took over.
+            let (third, thirdEnding) = try await world.run(world.options())
+            #expect(third.accountsProcessed == 0)
+            #expect(thirdEnding == .aborted)
+            #expect(third.accountsAdopted == 110)
+            #expect(try await world.entitlements() == before)
+        }
+    }
+
+    /// Items 5 and 6: a run whose lock connection is lost takes the lock again before its next
+    /// write, so a second run is still refused; if another run took the lock meanwhile, it stops
+    /// (failed) before writing more, and the next run takes over the plan it had committed.
+    @Test func theRunLockOutlivesALostConnection() async throws {
+        try await RunWorld.with("lock-retaken", scenario: ["latency_ms": 40]) { world in
+            for index in 0..<40 { try await SafetyRailTests.ordinaryAccount(world, "g\(index)", original: "\(7000 + index)") }
+            var options = world.options()
+            options.concurrency = 2
+            async let result = world.run(options)
+            try await waitUntil("the run committed a batch") {
+                try await world.count("SELECT coalesce(max(batches_written), 0) FROM iap.reconciliation_runs") >= 1
+            }
+            let lockHolder = try await world.lockHolder()
+            try await world.connection.execute("SELECT pg_terminate_backend(\(lockHolder)::integer)")
+            try await waitUntil("the run took its lock again") {
+                let holder = try await world.count("""
+                    SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory' AND granted
+                      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                    """)
+                return holder != 0 && holder != lockHolder
+            }
+            let second = try await world.database.connect()
+            #expect(try await RunLock.tryAcquire(second, shard: nil) == false, "a second run must be refused")
+            await second.close()
+            let (summary, ending) = try await result
+            #expect(ending == .completed)
+            #expect(summary.correctionsApplied == 40)
+        }
+    }
+
+    @Test func aRunThatLostItsLockToAnotherStopsAndItsPlanIsTakenOver() async throws {
+        try await RunWorld.with("lock-lost", scenario: ["latency_ms": 40]) { world in
+            for index in 0..<40 { try await SafetyRailTests.ordinaryAccount(world, "g\(index)", original: "\(7000 + index)") }
+            var options = world.options()
+            options.concurrency = 2
+            async let result = world.run(options)
+            try await waitUntil("the run committed a batch") {
+                try await world.count("SELECT coalesce(max(batches_written), 0) FROM iap.reconciliation_runs") >= 1
+            }
+            let lockHolder = try await world.lockHolder()
+            let other = try await world.database.connect()
+            try await world.connection.execute("SELECT pg_terminate_backend(\(lockHolder)::integer)")
+            try await waitUntil("another run took the lock") { try await RunLock.tryAcquire(other, shard: nil) }
+            do {
+                _ = try await result
+                Issue.record("the run must stop when another run holds its lock")
+            } catch is RunLockLost {}
+            let run = try await world.connection.query("SELECT id, status, batches_written FROM iap.reconciliation_runs")[0]
+            #expect(try run.decode("status", as: String.self) == "failed")
+            let planned = try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'planned'")
+            #expect(planned >= 5)
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'applied'") == 0)
+            await other.close()
+
+            // The next run takes over the failed run's committed plan, and does the rest.
+            let (next, ending) = try await world.run(world.options())
+            #expect(ending == .completed)
+            #expect(next.correctionsAdopted == planned)
+            #expect(next.accountsProcessed == 40 - planned)
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE entitled") == 40)
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'applied'") == 40)
+        }
+    }
+
+    /// Item 10: workers of different shard layouts overlap, so they never run together; the plans
+    /// a layout no longer used left behind are taken over by whatever layout runs next.
+    @Test func shardLayoutsDoNotMixAndTheirLeftoversAreTakenOver() async throws {
+        try await RunWorld.with("layouts") { world in
+            let worker = try await world.database.connect()
+            #expect(try await RunLock.tryAcquire(worker, shard: (0, 4)))
+            for (shard, allowed) in [((1, 4), true), ((0, 4), false), ((0, 2), false), ((1, 2), false)] as [((Int, Int), Bool)] {
+                let other = try await world.database.connect()
+                #expect(try await RunLock.tryAcquire(other, shard: shard) == allowed, "\(shard)")
+                await other.close()
+            }
+            let unsharded = try await world.database.connect()
+            #expect(try await RunLock.tryAcquire(unsharded, shard: nil) == false)
+            await worker.close()
+            try await waitUntil("the 0/4 worker's locks are gone") { try await RunLock.tryAcquire(unsharded, shard: nil) }
+            await unsharded.close()
+
+            // A one-shard layout aborts on the refund wave; 2-shard workers take its plan over, each its own half.
+            try await world.populateRefundWave()
+            var options = world.options()
+            options.selection.shard = (0, 1)
+            let (aborted, abortedEnding) = try await world.run(options)
+            #expect(abortedEnding == .aborted)
+            let firstHalf = try await world.count("""
+                SELECT count(*) FROM iap.corrections WHERE status = 'planned' AND iap.in_shard(account_id, 0, 2)
+                """)
+            options.maximumRevokeRatio = 1
+            options.selection.shard = (0, 2)
+            let (half, _) = try await world.run(options)
+            #expect(half.correctionsAdopted == firstHalf)
+            #expect(half.correctionsApplied == firstHalf)
+            options.selection.shard = nil
+            let (rest, _) = try await world.run(options)
+            #expect(rest.correctionsAdopted == aborted.totalCorrections - firstHalf)
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'planned'") == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE state = 'refunded'") == 15)
+        }
+    }
+
+    /// Item 7: a grant planned where no entitlement row existed never overwrites the row the app
+    /// server inserted meanwhile: it is `superseded`, and the app server's row stays.
+    @Test func aGrantNeverOverwritesARowInsertedAfterPlanning() async throws {
+        try await RunWorld.with("grant-race") { world in
+            let store = ReconciliationStore(connection: world.connection)
+            let runId = try await store.createRun(kind: "nightly", isDryRun: false, startedAt: world.now, shard: nil,
+                                                  options: try PostgresJSON(encoding: ["test": true]))
+            let granted = Entitlement(accountId: "racer", productId: "pro.monthly", originalTransactionId: "1", state: .active,
+                                      expiresAt: world.expiry(endDays: 30))
+            try await world.connection.execute("""
+                INSERT INTO iap.corrections (run_id, account_id, product_id, kind, reason, before, after, status)
+                VALUES (\(runId), 'racer', 'pro.monthly', 'grant', 'test', NULL, \(PostgresJSON(text: try EntitlementJSON.encode(granted)!)), 'planned')
+                """)
+            // The app server's transaction: its row is inserted but not yet committed when the run applies.
+            let appServer = try await world.database.connect()
+            try await appServer.execute("BEGIN")
+            try await appServer.execute("""
+                INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, state, entitled, expires_at, updated_at)
+                VALUES ('racer', 'pro.monthly', '2', 'active', true, \(world.expiry(endDays: 365)), now())
+                """)
+            let applier = ReconciliationStore(connection: try await world.database.connect())
+            async let applied = applier.applyPlanned(runId: runId, afterId: 0, limit: 10, now: world.now)
+            try await waitUntil("the apply waits on the app server's row") { try await world.someoneWaitsOnALock() }
+            try await appServer.execute("COMMIT")
+            let result = try await applied
+            #expect(result.applied == 0)
+            #expect(result.superseded == 1)
+            let row = try #require(try await world.entitlements()["racer/pro.monthly"])
+            #expect(row.originalTransactionId == "2")
+            #expect(row.expiresAt == world.expiry(endDays: 365))
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'superseded'") == 1)
+            await appServer.close()
+            await applier.connection.close()
+        }
+    }
+}
+
+/// Issue 15, items 8 and 9: notifications under shard workers, and batches that are retried.
+@Suite struct ConcurrentWriterTests {
+    /// Item 8: shard workers running together process each notification once between them.
+    @Test func shardWorkersProcessEachNotificationOnce() async throws {
+        try await RunWorld.with("notify-shards") { world in
+            var bodies: [String] = []
+            for index in 0..<200 {
+                try await world.connection.execute("""
+                    INSERT INTO iap.transactions (transaction_id, account_id, original_transaction_id, product_id, environment)
+                    VALUES (\("t\(index)"), \("n\(index)"), \("t\(index)"), 'lifetime', 'Production')
+                    """)
+                bodies.append(NotificationTests.notification("DID_RENEW", password: world.secret, original: "t\(index)"))
+            }
+            try await NotificationTests.store(world, bodies)
+            var first = world.options(), second = world.options()
+            first.selection.shard = (0, 2)
+            second.selection.shard = (1, 2)
+            async let a = world.run(first)
+            async let b = world.run(second)
+            let (one, two) = try await (a, b)
+            let processed = (one.summary.notifications["DID_RENEW"]?["applied"] ?? 0) + (two.summary.notifications["DID_RENEW"]?["applied"] ?? 0)
+            #expect(processed == 200)
+            #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE outcome = 'applied' AND processed_at IS NOT NULL") == 200)
+        }
+    }
+
+    /// Item 8: a notification takes its locks in a batch's order (receipts, then the ledger), so a
+    /// batch holding an account's receipts while it writes the same transaction never deadlocks with it.
+    @Test func aNotificationAndABatchOnTheSameAccountDoNotDeadlock() async throws {
+        try await RunWorld.with("notify-deadlock") { world in
+            try await world.addReceipt("acct", spec: ["generate": ["purchases": [["product_id": "lifetime", "transaction_id": "77"]]]])
+            try await world.connection.execute("""
+                INSERT INTO iap.transactions (transaction_id, account_id, original_transaction_id, product_id, environment)
+                VALUES ('77', 'acct', '77', 'lifetime', 'Production')
+                """)
+            try await NotificationTests.store(world, [NotificationTests.notification("REFUND", password: world.secret, original: "77", transactions: [[
+                "transaction_id": "78", "original_transaction_id": "77", "product_id": "lifetime", "purchase_date_ms": "1700000000000",
+                "cancellation_date_ms": "1700000100000", "cancellation_reason": "1",
+            ]])])
+            let store = ReconciliationStore(connection: world.connection)
+            let runId = try await store.createRun(kind: "nightly", isDryRun: false, startedAt: world.now, shard: nil,
+                                                  options: try PostgresJSON(encoding: ["test": true]))
+            // A batch's transaction: it holds the account's receipt row, and will write transaction 78 next.
+            let batch = try await world.database.connect()
+            try await batch.execute("BEGIN")
+            try await batch.execute("UPDATE iap.app_receipts SET last_outcome = 'verified' WHERE account_id = 'acct'")
+
+            let connection = try await world.database.connect()
+            let processor = NotificationProcessor(
+                store: NotificationStore(connection: connection), ledger: ReconciliationStore(connection: connection),
+                sharedSecret: world.secret, maximumAge: 86_400, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+            async let processing: RunSummary = {
+                var summary = RunSummary()
+                try await processor.process(runId: runId, now: world.now, summary: &summary)
+                return summary
+            }()
+            try await waitUntil("the notification waits for the batch") { try await world.someoneWaitsOnALock() }
+            try await batch.execute("""
+                INSERT INTO iap.transactions (transaction_id, account_id, original_transaction_id, product_id, environment)
+                VALUES ('78', 'acct', '77', 'lifetime', 'Production')
+                ON CONFLICT (transaction_id) DO UPDATE SET product_id = EXCLUDED.product_id
+                """)
+            try await batch.execute("COMMIT")
+            let summary = try await processing
+            #expect(summary.notifications["REFUND"]?["applied"] == 1)
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE transaction_id = '78' AND cancellation_date IS NOT NULL") == 1)
+            await batch.close()
+            await connection.close()
+        }
+    }
+
+    /// Item 9: a batch retried after its COMMIT landed unacknowledged is not written again: its
+    /// planned corrections stay planned, none is marked superseded by its own retry.
+    @Test func aBatchIsWrittenOnceHoweverOftenItIsRetried() async throws {
+        try await RunWorld.with("batch-once") { world in
+            let store = ReconciliationStore(connection: world.connection)
+            let runId = try await store.createRun(kind: "nightly", isDryRun: false, startedAt: world.now, shard: nil,
+                                                  options: try PostgresJSON(encoding: ["test": true]))
+            let correction = Correction(
+                accountId: "once", productId: "lifetime", kind: .grant, reason: "test", before: nil,
+                after: Entitlement(accountId: "once", productId: "lifetime", originalTransactionId: "1", state: .active))
+            func write(_ sequence: Int) async throws -> Bool {
+                try await world.connection.withTransaction { _ in
+                    guard try await store.claimBatch(runId: runId, sequence: sequence) else { return false }
+                    try await store.writeBatch(runId: runId, startedAt: world.now, receipts: [], ledger: [], corrections: [correction],
+                                               verifiedAccounts: ["once"], isDryRun: false)
+                    return true
+                }
+            }
+            #expect(try await write(1))
+            #expect(try await write(1) == false)  // the retry of a batch that committed
+            #expect(try await write(2))
+            await #expect(throws: PostgresError.self) { try await write(4) }  // a gap is a bug, never silently skipped
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'superseded'") == 1)  // batch 2 re-planned it
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'planned'") == 1)
+            #expect(try await world.count("SELECT batches_written FROM iap.reconciliation_runs") == 2)
+        }
+    }
+
+    /// Item 9: receipts and entitlements of a page come from one snapshot: a purchase the app
+    /// server commits between the two reads is never seen as an entitlement without its receipt.
+    @Test func aPageIsReadFromOneSnapshot() async throws {
+        try await RunWorld.with("snapshot") { world in
+            try await world.addReceipt("buyer", spec: ["generate": ["purchases": [["product_id": "lifetime", "transaction_id": "1"]]]])
+            // The app server's transaction holds the entitlements table, so the page read waits between its two reads.
+            let appServer = try await world.database.connect()
+            try await appServer.execute("BEGIN")
+            try await appServer.execute("LOCK TABLE iap.entitlements IN ACCESS EXCLUSIVE MODE")
+            let reader = ReconciliationStore(connection: try await world.database.connect())
+            async let page = reader.page(after: "", limit: 10, selection: AccountSelection(kind: .due(staleAfter: 0)), now: Date())
+            try await waitUntil("the page read waits for the entitlements") { try await world.someoneWaitsOnALock() }
+            try await appServer.execute("""
+                INSERT INTO iap.app_receipts (account_id, bundle_id, latest_receipt) VALUES ('buyer', 'com.example.app', 'bmV3')
+                """)
+            try await appServer.execute("""
+                INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, state, entitled, updated_at)
+                VALUES ('buyer', 'season.pass', '2', 'active', true, now())
+                """)
+            try await appServer.execute("COMMIT")
+            let read = try await page
+            let receipts = read.receipts["buyer"] ?? []
+            let stored = read.stored["buyer"] ?? []
+            #expect(receipts.count == 1 && stored.isEmpty, "receipts \(receipts.count), entitlements \(stored.count): one snapshot sees both or neither")
+            await appServer.close()
+            await reader.connection.close()
+        }
+    }
+
+    /// Item 9: what a run learned about a blob the app server replaced meanwhile is not written
+    /// onto the new blob's row: it keeps its own state and stays due.
+    @Test func aReplacedBlobKeepsItsOwnState() async throws {
+        try await RunWorld.with("xmin") { world in
+            let id = try await world.addReceipt("replaced", "b2xk")
+            let store = ReconciliationStore(connection: world.connection)
+            let read = try await store.receipts(of: ["replaced"])["replaced"]![0]
+            try await world.connection.execute("UPDATE iap.app_receipts SET latest_receipt = 'bmV3', updated_at = now() WHERE id = \(id)")
+            var update = ReceiptUpdate(id: id, rowVersion: read.rowVersion, environment: .sandbox, verifiedAt: nil, status: 21005,
+                                       nextAttemptAt: world.now.addingTimeInterval(3600), attempts: 3, outcome: "deferred", latestReceipt: nil)
+            update.localBundleId = "com.other.app"
+            update.localOriginalTransactionIds = ["1"]
+            try await store.writeBatch(runId: 1, startedAt: world.now, receipts: [update], ledger: [], corrections: [],
+                                       verifiedAccounts: [], isDryRun: false)
+            let row = try await world.connection.query("""
+                SELECT environment, last_status, next_attempt_at, attempts, last_outcome, receipt_bundle_id, latest_receipt
+                FROM iap.app_receipts WHERE id = \(id)
+                """)[0]
+            #expect(try row.decode("environment", as: String?.self) == nil)
+            #expect(try row.decode("last_status", as: Int?.self) == nil)
+            #expect(try row.decode("next_attempt_at", as: Date?.self) == nil)
+            #expect(try row.decode("attempts", as: Int.self) == 0)
+            #expect(try row.decode("last_outcome", as: String?.self) == nil)
+            #expect(try row.decode("receipt_bundle_id", as: String?.self) == nil)
+            #expect(try row.decode("latest_receipt", as: String.self) == "bmV3")
+        }
+    }
+}
+
+extension RunWorld {
+    /// The backend holding a run lock in this world's database.
+    func lockHolder() async throws -> Int {
+        try await count("""
+            SELECT max(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted
+              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+            """)
     }
 }
