@@ -404,9 +404,12 @@ public final class ReconciliationRun: Sendable {
             if let status = outcome.finalStatus { counts.appleStatuses[String(status), default: 0] += 1 }
             noteSharedSecret(outcome.finalStatus)
 
+            // A status past an integer column's range is an unknown code (a final failure) that
+            // `last_status` cannot hold: the row keeps NULL, the report has the number.
+            let storableStatus = outcome.finalStatus.flatMap { StorableValues.outOfRange($0, field: "") == nil ? $0 : nil }
             var update = ReceiptUpdate(
                 id: receipt.id, rowVersion: receipt.rowVersion, environment: outcome.environment, verifiedAt: nil,
-                status: outcome.finalStatus, nextAttemptAt: nil, attempts: 0, outcome: outcome.name, latestReceipt: nil)
+                status: storableStatus, nextAttemptAt: nil, attempts: 0, outcome: outcome.name, latestReceipt: nil)
             if let local, StorableValues.problem(in: local) == nil {
                 update.localBundleId = local.bundleId
                 update.localOriginalTransactionIds = local.originals

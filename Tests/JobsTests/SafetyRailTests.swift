@@ -105,7 +105,8 @@ import TestSupport
             try await world.addReceipt("nul-from-apple", spec: answer(["product_id": "life\u{0}time", "transaction_id": "31"]))
             try await world.addReceipt("far-future", spec: answer(["expires_date_ms": "400000000000000", "transaction_id": "32"]))
             try await world.addReceipt("huge-number", spec: answer(["quantity": "99999999999", "transaction_id": "34"]))
-            for account in ["nul-in-receipt", "nul-from-apple", "far-future", "huge-number"] {
+            try await world.addReceipt("huge-status", spec: ["faults": [["status": 99_999_999_999]], "repeat_faults": true])
+            for account in ["nul-in-receipt", "nul-from-apple", "far-future", "huge-number", "huge-status"] {
                 try await Self.payingCustomer(world, account, original: "9\(account.count)")
             }
             for index in 0..<4 { try await Self.ordinaryAccount(world, "ordinary\(index)", original: "5\(index)") }
@@ -118,15 +119,16 @@ import TestSupport
                 let (summary, ending) = try await world.run(options)
                 #expect(ending == .completed, "night \(night)")
                 #expect(summary.status == "completed")
-                #expect(summary.accountsFailed == 4, "night \(night)")
+                #expect(summary.accountsFailed == 5, "night \(night)")
                 #expect(summary.accountsVerified == 4)
-                for account in ["nul-in-receipt", "nul-from-apple", "far-future", "huge-number"] {
+                #expect(summary.appleStatuses["99999999999"] == 1)
+                for account in ["nul-in-receipt", "nul-from-apple", "far-future", "huge-number", "huge-status"] {
                     #expect(try await world.entitlements()["\(account)/pro.monthly"] == before["\(account)/pro.monthly"], "\(account)")
                 }
                 let reasons = try await world.connection.query("""
                     SELECT account_id, last_outcome FROM iap.app_receipts WHERE last_outcome <> 'verified' ORDER BY account_id
                     """).map { try $0.decode("account_id", as: String.self) + ":" + $0.decode("last_outcome", as: String.self) }
-                #expect(reasons == ["far-future:failed", "huge-number:failed", "nul-from-apple:failed", "nul-in-receipt:failed"])
+                #expect(reasons == ["far-future:failed", "huge-number:failed", "huge-status:failed", "nul-from-apple:failed", "nul-in-receipt:failed"])
             }
             #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE account_id LIKE 'ordinary%' AND entitled") == 4)
             #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE account_id NOT LIKE 'ordinary%'") == 0)
