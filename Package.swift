@@ -35,35 +35,42 @@ let package = Package(
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-migrations"]),
         .target(name: "SchemaMigrations", dependencies: ["Postgres", logging], plugins: ["EmbedMigrations"]),
 
-        // Apple's verifyReceipt protocol: models, client, retry policy, and the local simulator.
-        .target(name: "AppStore", dependencies: ["HTTP", "CivilCalendar", "Locking", logging, .product(name: "SwiftASN1", package: "swift-asn1")]),
+        // Apple's data as values: the JSON models and their decoding, the local receipt decoder. No I/O,
+        // no libcurl: the entitlement rules that read these cannot reach the network even by accident.
+        .target(name: "AppStoreModels", dependencies: ["CivilCalendar", .product(name: "SwiftASN1", package: "swift-asn1")]),
+
+        // Waiting well: bounded concurrency, request rates, backoff with jitter, the storm gate.
+        .target(name: "Throttling", dependencies: ["Locking"]),
+
+        // Apple's verifyReceipt protocol: the client, its retry policy and the outcome of a verification.
+        .target(name: "AppStore", dependencies: ["AppStoreModels", "HTTP", "Throttling", "Locking", logging]),
 
         // The local verifyReceipt simulator that the demo, the tests and the benchmark talk to.
         .target(name: "AppleSimulator", dependencies: ["CivilCalendar", "Locking"]),
 
         // Entitlement rules, the diff and reports: pure functions, no I/O.
-        .target(name: "Reconciliation", dependencies: ["AppStore", "CivilCalendar"]),
+        .target(name: "Reconciliation", dependencies: ["AppStoreModels", "CivilCalendar"]),
 
         // The SQL of a run: due accounts in keyset pages, batch writes, applying corrections.
-        .target(name: "Storage", dependencies: ["Postgres", "AppStore", "Reconciliation"]),
+        .target(name: "Storage", dependencies: ["Postgres", "AppStoreModels", "Reconciliation"]),
 
         // A run from start to report: the pipeline, safety limits, reports.
-        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "Reconciliation", "Postgres", "Locking", logging]),
+        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "AppStoreModels", "Throttling", "Reconciliation", "Postgres", "Locking", logging]),
 
         // The executable: commands, wiring, logging, exit codes.
         .executableTarget(
             name: "receipt-reconciler",
-            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppleSimulator", "Reconciliation", "Storage", "Jobs", argumentParser, logging],
+            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppStoreModels", "AppleSimulator", "Reconciliation", "Storage", "Jobs", argumentParser, logging],
             path: "Sources/ReceiptReconciler"
         ),
 
         .target(name: "TestSupport", dependencies: ["Postgres", "HTTP"], path: "Tests/TestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport"]),
-        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "HTTP", "TestSupport"]),
-        .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStore", "TestSupport"]),
+        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "AppStoreModels", "Throttling", "HTTP", "TestSupport"]),
+        .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "TestSupport"]),
         .testTarget(
             name: "JobsTests",
-            dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "Reconciliation", "Postgres", "TestSupport", logging],
+            dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "Reconciliation", "Postgres", "TestSupport", logging],
             exclude: ["Golden"]
         ),
     ]

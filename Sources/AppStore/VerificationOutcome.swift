@@ -1,19 +1,5 @@
+import AppStoreModels
 import Foundation
-
-/// Apple's two verifyReceipt hosts.
-public enum AppleEnvironment: String, Sendable, Codable, CaseIterable {
-    case production = "Production"
-    case sandbox = "Sandbox"
-
-    /// Reads Apple's spellings: `Production`, `PROD`, `Sandbox`.
-    public init?(appleName: String?) {
-        switch appleName?.lowercased() {
-        case "production", "prod": self = .production
-        case "sandbox": self = .sandbox
-        default: return nil
-        }
-    }
-}
 
 /// How verifying one receipt ended, after every attempt and redirect.
 public struct VerificationOutcome: Sendable {

@@ -1,6 +1,8 @@
 import Foundation
 import HTTP
 import Logging
+import AppStoreModels
+import Throttling
 
 /// Verifies receipts with Apple's verifyReceipt endpoint as contract section 4 says: production
 /// first unless the environment is known, one redirect hop per attempt on 21007/21008, retries
@@ -59,23 +61,12 @@ public final class VerifyReceiptClient: Sendable {
         http.shutdown()
     }
 
-    /// The blob as it will be sent (whitespace removed), or why it is not a receipt.
-    public static func normalizedReceipt(_ blob: String, maximumBytes: Int) -> Swift.Result<String, ReceiptBlobError> {
-        let compact = withoutWhitespace(blob)
-        guard !compact.isEmpty else { return .failure(.empty) }
-        guard compact.utf8.count <= maximumBytes else { return .failure(.tooLarge(bytes: compact.utf8.count, limit: maximumBytes)) }
-        guard compact.utf8.allSatisfy({ isBase64Byte($0) }), let data = Data(base64Encoded: compact), !data.isEmpty else {
-            return .failure(.notBase64)
-        }
-        return .success(compact)
-    }
-
     /// Verifies one receipt. `knownEnvironment` is where it verified last time, if known.
     public func verify(receipt blob: String, knownEnvironment: AppleEnvironment? = nil) async -> VerificationOutcome {
         var outcome = VerificationOutcome(result: .deferred(reason: "not attempted"), requests: 0, attempts: 0,
                                           endpoints: [], finalStatus: nil, environment: knownEnvironment)
         let receiptData: String
-        switch Self.normalizedReceipt(blob, maximumBytes: policy.maximumReceiptBytes) {
+        switch ReceiptBlob.normalized(blob, maximumBytes: policy.maximumReceiptBytes) {
         case .success(let compact): receiptData = compact
         case .failure(let error):
             outcome.result = .invalidReceipt(reason: error.description)
@@ -243,31 +234,4 @@ public final class VerifyReceiptClient: Sendable {
         default: "\(status): a status Apple does not document"
         }
     }
-}
-
-/// Why a stored blob is not sent to Apple.
-public enum ReceiptBlobError: Error, Equatable, Sendable, CustomStringConvertible {
-    case empty
-    case notBase64
-    case tooLarge(bytes: Int, limit: Int)
-
-    public var description: String {
-        switch self {
-        case .empty: "the receipt is empty"
-        case .notBase64: "the receipt is not base64"
-        case .tooLarge(let bytes, let limit): "the receipt is \(bytes) bytes, over the \(limit)-byte limit"
-        }
-    }
-}
-
-/// The blob without ASCII spaces and line breaks (by bytes: blobs are ASCII when valid, and
-/// a Character-level filter costs more than the rest of the check).
-public func withoutWhitespace(_ text: String) -> String {
-    let utf8 = text.utf8
-    guard utf8.contains(where: { $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) else { return text }
-    return String(decoding: utf8.filter { $0 != 0x20 && $0 != 0x0A && $0 != 0x0D && $0 != 0x09 }, as: UTF8.self)
-}
-
-private func isBase64Byte(_ byte: UInt8) -> Bool {
-    (65...90).contains(byte) || (97...122).contains(byte) || (48...57).contains(byte) || byte == 43 || byte == 47 || byte == 61
 }

@@ -1,4 +1,4 @@
-import AppStore
+import AppStoreModels
 import Foundation
 import Logging
 import Postgres

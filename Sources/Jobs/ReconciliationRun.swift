@@ -1,5 +1,7 @@
 import AppStore
+import AppStoreModels
 import Foundation
+import Throttling
 import Logging
 import Postgres
 import Reconciliation
@@ -421,7 +423,7 @@ public final class ReconciliationRun: Sendable {
                 update.verifiedAt = now
                 if let fresh = response.latestReceipt {
                     let current = withoutWhitespace(receipt.latestReceipt)
-                    if case .success(let compact) = VerifyReceiptClient.normalizedReceipt(fresh, maximumBytes: options.policy.maximumReceiptBytes) {
+                    if case .success(let compact) = ReceiptBlob.normalized(fresh, maximumBytes: options.policy.maximumReceiptBytes) {
                         if compact != current {
                             update.latestReceipt = compact
                             counts.latestReceiptsStored += 1

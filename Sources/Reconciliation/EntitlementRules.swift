@@ -1,4 +1,4 @@
-import AppStore
+import AppStoreModels
 import Foundation
 
 /// Apple's answer for one of an account's receipts.

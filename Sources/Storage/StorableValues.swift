@@ -1,4 +1,4 @@
-import AppStore
+import AppStoreModels
 import Foundation
 
 /// What PostgreSQL cannot store, found before a batch is written: one receipt with a NUL byte in

@@ -1,4 +1,4 @@
-@testable import AppStore
+@testable import AppStoreModels
 import Foundation
 import Testing
 import TestSupport

@@ -1,5 +1,7 @@
 import AppStore
+import AppStoreModels
 import Foundation
+import Throttling
 import HTTP
 import Testing
 import TestSupport
@@ -342,11 +344,11 @@ import TestSupport
     }
 
     @Test func blobChecks() {
-        #expect(VerifyReceiptClient.normalizedReceipt("", maximumBytes: 100) == .failure(.empty))
-        #expect(VerifyReceiptClient.normalizedReceipt(" \n\t", maximumBytes: 100) == .failure(.empty))
-        #expect(VerifyReceiptClient.normalizedReceipt("abc!", maximumBytes: 100) == .failure(.notBase64))
-        #expect(VerifyReceiptClient.normalizedReceipt("QUJD\nREVG", maximumBytes: 100) == .success("QUJDREVG"))
-        #expect(VerifyReceiptClient.normalizedReceipt(String(repeating: "QUJD", count: 100), maximumBytes: 100)
+        #expect(ReceiptBlob.normalized("", maximumBytes: 100) == .failure(.empty))
+        #expect(ReceiptBlob.normalized(" \n\t", maximumBytes: 100) == .failure(.empty))
+        #expect(ReceiptBlob.normalized("abc!", maximumBytes: 100) == .failure(.notBase64))
+        #expect(ReceiptBlob.normalized("QUJD\nREVG", maximumBytes: 100) == .success("QUJDREVG"))
+        #expect(ReceiptBlob.normalized(String(repeating: "QUJD", count: 100), maximumBytes: 100)
             == .failure(.tooLarge(bytes: 400, limit: 100)))
     }
 }

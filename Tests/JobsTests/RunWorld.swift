@@ -1,5 +1,7 @@
 import AppStore
+import AppStoreModels
 import Foundation
+import Throttling
 import Jobs
 import Logging
 import Postgres

@@ -1,4 +1,4 @@
-import AppStore
+import AppStoreModels
 import Foundation
 @testable import Jobs
 import Logging
