@@ -40,13 +40,13 @@ public struct VerificationOutcome: Sendable {
         self.environment = environment
     }
 
-    public var name: String {
+    public var receiptOutcome: ReceiptOutcome {
         switch result {
-        case .verified: "verified"
-        case .deferred: "deferred"
-        case .failed: "failed"
-        case .invalidReceipt: "invalid_receipt"
-        case .foreignBundle: "foreign_bundle"
+        case .verified: .verified
+        case .deferred: .deferred
+        case .failed: .failed
+        case .invalidReceipt: .invalidReceipt
+        case .foreignBundle: .foreignBundle
         }
     }
 

@@ -44,34 +44,34 @@ struct NotificationProcessor: Sendable {
 
     /// One notification, in the caller's transaction: returns its type, outcome and account.
     /// Locks are taken in a batch's order (receipts, then the ledger), so the two never deadlock.
-    private func process(_ pending: NotificationStore.Pending, runId: Int64, now: Date) async throws -> (String, String, String?) {
+    private func process(_ pending: NotificationStore.Pending, runId: Int64, now: Date) async throws -> (String, NotificationOutcome, String?) {
         let notification: ServerNotification
         do {
             notification = try ServerNotification.decode(Array(pending.body.utf8))
         } catch {
-            try await store.mark(pending.id, outcome: "invalid", processed: true, accountId: nil, runId: runId, now: now)
+            try await store.mark(pending.id, outcome: .invalid, processed: true, accountId: nil, runId: runId, now: now)
             logger.warning("notification.invalid", metadata: ["notification.id": "\(pending.id)", "reason": "\(error)"])
-            return ("(none)", "invalid", nil)
+            return ("(none)", .invalid, nil)
         }
         let type = notification.notificationType
         guard notification.passwordMatches(sharedSecret) else {
-            try await store.mark(pending.id, outcome: "rejected", processed: true, accountId: nil, runId: runId, now: now)
+            try await store.mark(pending.id, outcome: .rejected, processed: true, accountId: nil, runId: runId, now: now)
             logger.warning("notification.rejected", metadata: [
                 "notification.id": "\(pending.id)", "notification.type": "\(type)", "reason": "the password is not the shared secret",
             ])
-            return (type, "rejected", nil)
+            return (type, .rejected, nil)
         }
         guard let account = try await store.account(owning: notification.originalTransactionIds) else {
             let givenUp = now.timeIntervalSince(pending.receivedAt) > maximumAge
-            try await store.mark(pending.id, outcome: "unmatched", processed: givenUp, accountId: nil, runId: runId, now: now)
-            return (type, "unmatched", nil)
+            try await store.mark(pending.id, outcome: .unmatched, processed: givenUp, accountId: nil, runId: runId, now: now)
+            return (type, .unmatched, nil)
         }
         try await store.requestReverification(accountId: account, now: now)
         let environment = notification.appleEnvironment?.rawValue ?? "Production"
         try await ledger.upsertLedger(notification.unifiedReceipt.latestReceiptInfo.map {
             LedgerEntry(accountId: account, transaction: $0, environment: environment)
         })
-        try await store.mark(pending.id, outcome: "applied", processed: true, accountId: account, runId: runId, now: now)
-        return (type, "applied", account)
+        try await store.mark(pending.id, outcome: .applied, processed: true, accountId: account, runId: runId, now: now)
+        return (type, .applied, account)
     }
 }

@@ -118,7 +118,7 @@ public final class ReconciliationRun: Sendable {
         var logger = self.logger
         logger[metadataKey: "run.id"] = "\(summary.runId)"
         logger.info("run.started", metadata: [
-            "run.kind": "\(options.kind)", "run.dry_run": "\(options.isDryRun)", "run.shard": "\(options.shardText ?? "all")",
+            "run.kind": "\(options.kind.rawValue)", "run.dry_run": "\(options.isDryRun)", "run.shard": "\(options.shardText ?? "all")",
         ])
 
         let report: RunReportWriter
@@ -157,11 +157,11 @@ public final class ReconciliationRun: Sendable {
 
         summary.appleStormPauses = client.stormGate.pauses
         switch ending {
-        case .completed: summary.status = "completed"
-        case .interrupted: summary.status = "interrupted"
-        case .aborted: summary.status = "aborted"
+        case .completed: summary.status = .completed
+        case .interrupted: summary.status = .interrupted
+        case .aborted: summary.status = .aborted
         case .sharedSecretRejected:
-            summary.status = "failed"
+            summary.status = .failed
             summary.error = SharedSecretRejected(count: secretRejections.withLock { $0.total }).description
         }
         summary.finishedAt = Date()
@@ -180,7 +180,7 @@ public final class ReconciliationRun: Sendable {
         }
         try writeMetrics(summary)
         logger.info("run.finished", metadata: [
-            "run.status": "\(summary.status)", "accounts": "\(summary.accountsProcessed)",
+            "run.status": "\(summary.status.rawValue)", "accounts": "\(summary.accountsProcessed)",
             "corrections": "\(summary.totalCorrections)", "applied": "\(summary.correctionsApplied)",
             "apple.requests": "\(summary.appleRequests)",
         ])
@@ -191,7 +191,7 @@ public final class ReconciliationRun: Sendable {
     /// report it can, and rethrows.
     private func recordFailure(_ error: any Error, summary: inout RunSummary, writer: ReconciliationStore,
                                report: RunReportWriter?) async throws -> Never {
-        summary.status = "failed"
+        summary.status = .failed
         summary.error = "\(error)"
         summary.finishedAt = Date()
         try? await writer.updateRun(summary)
@@ -394,14 +394,14 @@ public final class ReconciliationRun: Sendable {
         var verified: [VerifiedReceipt] = []
         var updates: [ReceiptUpdate] = []
         var failures: [FailureRecord] = []
-        var receiptOutcomes: [String] = []
+        var receiptOutcomes: [ReceiptOutcome] = []
         var counts = AccountOutcomeCounts(outcome: .verified)
         for receipt in work.receipts {
             let local = Self.localDecode(receipt.latestReceipt)
             if local == nil { counts.receiptsNotDecodedLocally += 1 }
             let outcome = await verify(receipt, local: local, accountId: work.accountId, counts: &counts)
-            receiptOutcomes.append(outcome.name)
-            counts.receipts[outcome.name, default: 0] += 1
+            receiptOutcomes.append(outcome.receiptOutcome)
+            counts.receipts[outcome.receiptOutcome, default: 0] += 1
             counts.appleRequests += outcome.requests
             if let status = outcome.finalStatus { counts.appleStatuses[String(status), default: 0] += 1 }
             noteSharedSecret(outcome.finalStatus)
@@ -411,7 +411,7 @@ public final class ReconciliationRun: Sendable {
             let storableStatus = outcome.finalStatus.flatMap { StorableValues.outOfRange($0, field: "") == nil ? $0 : nil }
             var update = ReceiptUpdate(
                 id: receipt.id, rowVersion: receipt.rowVersion, environment: outcome.environment, verifiedAt: nil,
-                status: storableStatus, nextAttemptAt: nil, attempts: 0, outcome: outcome.name, latestReceipt: nil)
+                status: storableStatus, nextAttemptAt: nil, attempts: 0, outcome: outcome.receiptOutcome, latestReceipt: nil)
             if let local, StorableValues.problem(in: local) == nil {
                 update.localBundleId = local.bundleId
                 update.localOriginalTransactionIds = local.originals
@@ -445,9 +445,9 @@ public final class ReconciliationRun: Sendable {
                 update.nextAttemptAt = now.addingTimeInterval(options.failedRetryAfter)
             }
             updates.append(update)
-            if outcome.name != "verified" {
+            if outcome.receiptOutcome != .verified {
                 failures.append(FailureRecord(
-                    accountId: work.accountId, receiptId: receipt.id, outcome: outcome.name, appleStatus: outcome.finalStatus,
+                    accountId: work.accountId, receiptId: receipt.id, outcome: outcome.receiptOutcome, appleStatus: outcome.finalStatus,
                     attempts: outcome.attempts, endpoints: outcome.endpoints.map(\.rawValue).joined(separator: ">"),
                     reason: outcome.reason ?? ""))
             }
@@ -462,7 +462,7 @@ public final class ReconciliationRun: Sendable {
         // rewrites them all). Only a full verification records a digest; anything less clears it.
         let digest = counts.outcome == .verified && !work.receipts.isEmpty ? LedgerEntry.digest(ledger) : nil
         for index in updates.indices { updates[index].ledgerDigest = digest }
-        if let digest, options.kind != "backfill", work.receipts.allSatisfy({ $0.ledgerDigest == digest }) {
+        if let digest, options.kind != .backfill, work.receipts.allSatisfy({ $0.ledgerDigest == digest }) {
             ledger = []
         }
         var corrections: [Correction] = []
@@ -541,7 +541,7 @@ public final class ReconciliationRun: Sendable {
 
 /// The options as the run row records them (never the shared secret).
 struct OptionsRecord: Encodable {
-    var kind: String
+    var kind: RunKind
     var dryRun: Bool
     var concurrency: Int
     var requestsPerSecond: Double?
@@ -570,7 +570,7 @@ struct OptionsRecord: Encodable {
 /// written (a full disk): exit 1, so the operator looks, and `report` writes them later.
 public struct ReportNotWritten: Error, CustomStringConvertible {
     public var runId: Int64
-    public var status: String
+    public var status: RunStatus
     public var cause: String
     public var description: String {
         "run \(runId) ended \(status) and its work is committed, but its report is incomplete: \(cause); " +

@@ -5,7 +5,7 @@ import Storage
 
 /// Everything a `run` or `backfill` was asked to do.
 public struct RunOptions: Sendable {
-    public var kind: String  // "nightly" or "backfill"
+    public var kind: RunKind
     public var selection: AccountSelection
     public var isDryRun = false
     /// Apple requests in flight at once.
@@ -38,7 +38,7 @@ public struct RunOptions: Sendable {
     /// A progress line on the terminal (when stderr is one), else a log line every `progressInterval`.
     public var progressInterval: Duration = .seconds(10)
 
-    public init(kind: String, selection: AccountSelection) {
+    public init(kind: RunKind, selection: AccountSelection) {
         self.kind = kind
         self.selection = selection
     }

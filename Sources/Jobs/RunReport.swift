@@ -20,10 +20,7 @@ public enum RunReport {
             try container.encode(ReportDate.timestamp(date))
         }
         var object = (try? JSONSerialization.jsonObject(with: encoder.encode(summary))) as? [String: Any] ?? [:]
-        object["outcomes"] = [
-            "verified": summary.accountsVerified, "unchanged": summary.accountsUnchanged, "corrected": summary.accountsCorrected,
-            "deferred": summary.accountsDeferred, "failed": summary.accountsFailed, "invalid_receipt": summary.accountsInvalidReceipt,
-        ]
+        object["outcomes"] = Dictionary(uniqueKeysWithValues: accountsByOutcome(summary))
         object["polling_blind_spots"] = blindSpots
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])) ?? Data()
         return String(decoding: data, as: UTF8.self) + "\n"
@@ -36,7 +33,7 @@ public enum RunReport {
         }
         let corrections = byKind.isEmpty ? "none" : byKind.joined(separator: ", ")
         let applied = summary.isDryRun ? " (planned, not applied)" : ", \(summary.correctionsApplied) applied"
-        let title = "Run \(summary.runId) (\(summary.kind)\(summary.isDryRun ? ", dry run" : "")): \(summary.status)"
+        let title = "Run \(summary.runId) (\(summary.kind.rawValue)\(summary.isDryRun ? ", dry run" : "")): \(summary.status.rawValue)"
         let accounts = "  accounts: \(summary.accountsProcessed) processed, \(summary.accountsVerified) verified "
             + "(\(summary.accountsCorrected) corrected, \(summary.accountsUnchanged) unchanged), "
             + "\(summary.accountsDeferred) deferred, \(summary.accountsFailed) failed, "
@@ -48,12 +45,12 @@ public enum RunReport {
             lines.append("  superseded (entitlement changed meanwhile): \(summary.correctionsSuperseded)")
         }
         if summary.correctionsAdopted > 0 { lines.append("  taken over from interrupted runs: \(summary.correctionsAdopted)") }
-        let notifications = summary.notifications.values.reduce(into: [String: Int]()) { totals, outcomes in
+        let notifications = summary.notifications.values.reduce(into: [NotificationOutcome: Int]()) { totals, outcomes in
             for (outcome, count) in outcomes { totals[outcome, default: 0] += count }
         }
         if !notifications.isEmpty {
-            lines.append("  notifications: " + ["applied", "rejected", "unmatched", "invalid"]
-                .compactMap { outcome in notifications[outcome].map { "\($0) \(outcome)" } }.joined(separator: ", "))
+            lines.append("  notifications: " + NotificationOutcome.allCases
+                .compactMap { outcome in notifications[outcome].map { "\($0) \(outcome.rawValue)" } }.joined(separator: ", "))
         }
         if !summary.consumptionRequests.isEmpty { lines.append("  consumption requests: \(summary.consumptionRequests.count)") }
         if !summary.bundleMismatches.isEmpty { lines.append("  receipts of another app: \(summary.bundleMismatches.count) (see the report)") }
@@ -66,8 +63,8 @@ public enum RunReport {
         var text = """
             # Reconciliation run \(summary.runId)
 
-            - Kind: \(summary.kind)\(summary.isDryRun ? " (dry run: nothing applied)" : "")
-            - Status: **\(summary.status)**
+            - Kind: \(summary.kind.rawValue)\(summary.isDryRun ? " (dry run: nothing applied)" : "")
+            - Status: **\(summary.status.rawValue)**
             - Started: \(ReportDate.timestamp(summary.startedAt))
             - Finished: \(summary.finishedAt.map(ReportDate.timestamp) ?? "-")
             - Shard: \(summary.shard ?? "all accounts")
@@ -76,12 +73,7 @@ public enum RunReport {
 
             | outcome | accounts |
             |---|---|
-            \(row("verified", summary.accountsVerified))
-            \(row("unchanged", summary.accountsUnchanged))
-            \(row("corrected", summary.accountsCorrected))
-            \(row("deferred", summary.accountsDeferred))
-            \(row("failed", summary.accountsFailed))
-            \(row("invalid_receipt", summary.accountsInvalidReceipt))
+            \(accountsByOutcome(summary).map { row($0.outcome, $0.accounts) }.joined(separator: "\n"))
 
             ## Corrections by kind
 
@@ -107,9 +99,10 @@ public enum RunReport {
             for (status, count) in summary.appleStatuses.sorted(by: { $0.key < $1.key }) { text += "| \(status) | \(count) |\n" }
         }
         if !summary.notifications.isEmpty {
-            text += "\n## Server notifications\n\n| type | applied | rejected | unmatched | invalid |\n|---|---|---|---|---|\n"
+            text += "\n## Server notifications\n\n| type | " + NotificationOutcome.allCases.map(\.rawValue).joined(separator: " | ")
+                + " |\n|---|" + String(repeating: "---|", count: NotificationOutcome.allCases.count) + "\n"
             for (type, outcomes) in summary.notifications.sorted(by: { $0.key < $1.key }) {
-                let cells = ["applied", "rejected", "unmatched", "invalid"].map { String(outcomes[$0] ?? 0) }
+                let cells = NotificationOutcome.allCases.map { String(outcomes[$0] ?? 0) }
                 text += "| \(type) | " + cells.joined(separator: " | ") + " |\n"
             }
             text += "\nUnmatched notifications are tried again by later runs until they are a week old (`--notification-max-age`).\n"
@@ -133,10 +126,10 @@ public enum RunReport {
     /// The run as Prometheus text (for node_exporter's textfile collector). The last success
     /// time is carried over from `previous` (the file as it was) when this run did not complete.
     public static func metrics(_ summary: RunSummary, previous: String?) -> String {
-        let kind = "kind=\"\(summary.kind)\""
+        let kind = "kind=\"\(summary.kind.rawValue)\""
         let finished = (summary.finishedAt ?? Date()).timeIntervalSince1970
         var lastSuccess: String?
-        if summary.status == "completed" {
+        if summary.status == .completed {
             lastSuccess = String(format: "%.3f", finished)
         } else if let previous {
             lastSuccess = previous.split(separator: "\n").first { $0.hasPrefix("receipt_reconciler_last_success_timestamp_seconds{\(kind)}") }
@@ -154,8 +147,8 @@ public enum RunReport {
             "# HELP receipt_reconciler_last_run_status The last run's status (1 for the status it ended in).",
             "# TYPE receipt_reconciler_last_run_status gauge",
         ]
-        for status in ["completed", "failed", "interrupted", "aborted"] {
-            lines.append("receipt_reconciler_last_run_status{\(kind),status=\"\(status)\"} \(summary.status == status ? 1 : 0)")
+        for status in RunStatus.allCases where status != .running {
+            lines.append("receipt_reconciler_last_run_status{\(kind),status=\"\(status.rawValue)\"} \(summary.status == status ? 1 : 0)")
         }
         lines += [
             "# HELP receipt_reconciler_last_run_duration_seconds How long the last run took.",
@@ -164,10 +157,7 @@ public enum RunReport {
             "# HELP receipt_reconciler_last_run_accounts Accounts of the last run by outcome.",
             "# TYPE receipt_reconciler_last_run_accounts gauge",
         ]
-        let outcomes = [("verified", summary.accountsVerified), ("unchanged", summary.accountsUnchanged),
-                        ("corrected", summary.accountsCorrected), ("deferred", summary.accountsDeferred),
-                        ("failed", summary.accountsFailed), ("invalid_receipt", summary.accountsInvalidReceipt)]
-        for (outcome, count) in outcomes {
+        for (outcome, count) in accountsByOutcome(summary) {
             lines.append("receipt_reconciler_last_run_accounts{\(kind),outcome=\"\(outcome)\"} \(count)")
         }
         lines += [
@@ -175,7 +165,7 @@ public enum RunReport {
             "# TYPE receipt_reconciler_last_run_corrections gauge",
         ]
         for kind in Correction.Kind.allCases {
-            lines.append("receipt_reconciler_last_run_corrections{kind=\"\(summary.kind)\",correction=\"\(kind.rawValue)\"} \(summary.corrections[kind.rawValue] ?? 0)")
+            lines.append("receipt_reconciler_last_run_corrections{kind=\"\(summary.kind.rawValue)\",correction=\"\(kind.rawValue)\"} \(summary.corrections[kind.rawValue] ?? 0)")
         }
         lines += [
             "# HELP receipt_reconciler_last_run_apple_requests Requests sent to Apple in the last run.",
@@ -183,6 +173,21 @@ public enum RunReport {
             "receipt_reconciler_last_run_apple_requests{\(kind)} \(summary.appleRequests)",
         ]
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// Accounts by outcome, in the report's order: every account outcome, with `verified` split
+    /// into `unchanged` and `corrected`. The switch keeps every table complete when an outcome is added.
+    static func accountsByOutcome(_ summary: RunSummary) -> [(outcome: String, accounts: Int)] {
+        AccountOutcome.allCases.flatMap { outcome -> [(outcome: String, accounts: Int)] in
+            switch outcome {
+            case .verified:
+                [(outcome.rawValue, summary.accountsVerified), ("unchanged", summary.accountsUnchanged),
+                 ("corrected", summary.accountsCorrected)]
+            case .deferred: [(outcome.rawValue, summary.accountsDeferred)]
+            case .failed: [(outcome.rawValue, summary.accountsFailed)]
+            case .invalidReceipt: [(outcome.rawValue, summary.accountsInvalidReceipt)]
+            }
+        }
     }
 
     public static func correctionFields(_ record: CorrectionRecord) -> [String?] {

@@ -1,3 +1,4 @@
+import AppStoreModels
 import Foundation
 import Reconciliation
 import Storage
@@ -6,7 +7,7 @@ import Storage
 public struct FailureRecord: Sendable {
     public var accountId: String
     public var receiptId: Int64
-    public var outcome: String
+    public var outcome: ReceiptOutcome
     public var appleStatus: Int?
     public var attempts: Int
     public var endpoints: String
@@ -42,7 +43,7 @@ public final class RunReportWriter: @unchecked Sendable {
     func appendFailures(_ records: [FailureRecord]) throws {
         guard !records.isEmpty else { return }
         for record in records {
-            try failures.write(CSV.row([record.accountId, String(record.receiptId), record.outcome, record.appleStatus.map(String.init),
+            try failures.write(CSV.row([record.accountId, String(record.receiptId), record.outcome.rawValue, record.appleStatus.map(String.init),
                                         String(record.attempts), record.endpoints, record.reason]))
         }
         try failures.flush()

@@ -145,7 +145,7 @@ struct RunCommandOptions: ParsableArguments {
         return secret
     }
 
-    func runOptions(kind: String, selection: AccountSelection.Kind) -> RunOptions {
+    func runOptions(kind: RunKind, selection: AccountSelection.Kind) -> RunOptions {
         var options = RunOptions(kind: kind, selection: AccountSelection(kind: selection, shard: shard.map { ($0.index, $0.count) }))
         options.isDryRun = dryRun
         options.concurrency = concurrency

@@ -1,10 +1,26 @@
+import AppStoreModels
 import Foundation
+
+/// What a run is: the nightly run over due accounts, or a manual backfill.
+public enum RunKind: String, Sendable, Codable {
+    case nightly, backfill
+}
+
+/// Where a run is; its row's `status`.
+public enum RunStatus: String, Sendable, Codable, CaseIterable {
+    case running, completed, failed, interrupted, aborted
+}
+
+/// How a server notification was processed; its row's `outcome`.
+public enum NotificationOutcome: String, Sendable, Codable, CodingKeyRepresentable, CaseIterable {
+    case applied, rejected, unmatched, invalid
+}
 
 /// The counts of one run, as the report and `iap.reconciliation_runs` show them.
 public struct RunSummary: Sendable, Codable, Equatable {
     public var runId: Int64 = 0
-    public var kind = "nightly"
-    public var status = "running"
+    public var kind = RunKind.nightly
+    public var status = RunStatus.running
     public var isDryRun = false
     public var startedAt = Date(timeIntervalSince1970: 0)
     public var finishedAt: Date?
@@ -19,8 +35,8 @@ public struct RunSummary: Sendable, Codable, Equatable {
     public var accountsFailed = 0
     public var accountsInvalidReceipt = 0
 
-    /// Receipts by outcome (`verified`, `deferred`, `failed`, `invalid_receipt`).
-    public var receipts: [String: Int] = [:]
+    /// Receipts by outcome.
+    public var receipts: [ReceiptOutcome: Int] = [:]
     /// Apple statuses seen in final answers, by status.
     public var appleStatuses: [String: Int] = [:]
     public var appleRequests = 0
@@ -45,8 +61,8 @@ public struct RunSummary: Sendable, Codable, Equatable {
     public var latestReceiptsStored = 0
     public var latestReceiptsIgnored = 0
 
-    /// Server notifications processed, by type and outcome (`applied`, `rejected`, `unmatched`, `invalid`).
-    public var notifications: [String: [String: Int]] = [:]
+    /// Server notifications processed, by type and outcome.
+    public var notifications: [String: [NotificationOutcome: Int]] = [:]
     /// CONSUMPTION_REQUESTs: Apple waits for an answer this job cannot give.
     public var consumptionRequests: [String] = []
 
@@ -87,17 +103,17 @@ public struct RunSummary: Sendable, Codable, Equatable {
 }
 
 /// How one account came out of a run.
-public enum AccountOutcome: String, Sendable, Codable {
+public enum AccountOutcome: String, Sendable, Codable, CaseIterable {
     case verified, deferred, failed
     case invalidReceipt = "invalid_receipt"
 
     /// An account is verified only when all its receipts are; otherwise the most hopeful of its
     /// troubles names it: deferred (will be retried) over failed (`foreign_bundle` included)
     /// over invalid.
-    public static func combining(_ receiptOutcomes: [String]) -> AccountOutcome {
-        if receiptOutcomes.allSatisfy({ $0 == "verified" }) { return .verified }
-        if receiptOutcomes.contains("deferred") { return .deferred }
-        if receiptOutcomes.contains(where: { $0 != "invalid_receipt" }) { return .failed }
+    public static func combining(_ receiptOutcomes: [ReceiptOutcome]) -> AccountOutcome {
+        if receiptOutcomes.allSatisfy({ $0 == .verified }) { return .verified }
+        if receiptOutcomes.contains(.deferred) { return .deferred }
+        if receiptOutcomes.contains(where: { $0 != .invalidReceipt }) { return .failed }
         return .invalidReceipt
     }
 }
@@ -105,7 +121,7 @@ public enum AccountOutcome: String, Sendable, Codable {
 /// The per-account numbers a run adds up.
 public struct AccountOutcomeCounts: Sendable {
     public var outcome: AccountOutcome
-    public var receipts: [String: Int] = [:]
+    public var receipts: [ReceiptOutcome: Int] = [:]
     public var appleStatuses: [String: Int] = [:]
     public var appleRequests = 0
     public var corrections: [Correction.Kind] = []

@@ -62,9 +62,9 @@ public struct NotificationStore: Sendable {
     }
 
     /// Records an outcome; `processed` false leaves it for a later run (unmatched, not given up).
-    public func mark(_ id: Int64, outcome: String, processed: Bool, accountId: String?, runId: Int64?, now: Date) async throws {
+    public func mark(_ id: Int64, outcome: NotificationOutcome, processed: Bool, accountId: String?, runId: Int64?, now: Date) async throws {
         try await connection.execute("""
-            UPDATE iap.notifications SET outcome = \(outcome), account_id = \(accountId), run_id = \(runId),
+            UPDATE iap.notifications SET outcome = \(outcome.rawValue), account_id = \(accountId), run_id = \(runId),
                 processed_at = CASE WHEN \(processed) THEN \(now)::timestamptz ELSE NULL END
             WHERE id = \(id)
             """)

@@ -4,10 +4,10 @@ import Reconciliation
 
 extension ReconciliationStore {
     /// Records a new run as `running` and returns its id.
-    public func createRun(kind: String, isDryRun: Bool, startedAt: Date, shard: String?, options: PostgresJSON) async throws -> Int64 {
+    public func createRun(kind: RunKind, isDryRun: Bool, startedAt: Date, shard: String?, options: PostgresJSON) async throws -> Int64 {
         let rows = try await connection.query("""
             INSERT INTO iap.reconciliation_runs (kind, status, dry_run, started_at, shard, options)
-            VALUES (\(kind), 'running', \(isDryRun), \(startedAt), \(shard), \(options)) RETURNING id
+            VALUES (\(kind.rawValue), 'running', \(isDryRun), \(startedAt), \(shard), \(options)) RETURNING id
             """)
         return try rows[0].decode("id")
     }
@@ -91,7 +91,7 @@ extension ReconciliationStore {
         let statistics = try PostgresJSON(encoding: summary)
         try await connection.execute("""
             UPDATE iap.reconciliation_runs SET
-                status = \(summary.status), finished_at = \(summary.finishedAt),
+                status = \(summary.status.rawValue), finished_at = \(summary.finishedAt),
                 accounts_processed = \(summary.accountsProcessed), accounts_verified = \(summary.accountsVerified),
                 accounts_unchanged = \(summary.accountsUnchanged), accounts_corrected = \(summary.accountsCorrected),
                 accounts_deferred = \(summary.accountsDeferred), accounts_failed = \(summary.accountsFailed),
@@ -164,7 +164,11 @@ extension ReconciliationStore {
         var summary = try row.decode("statistics", as: PostgresJSON.self).decoded(as: RunSummary.self)
         // The row's status is the last word (a later run may have marked this one interrupted).
         summary.runId = runId
-        summary.status = try row.decode("status")
+        let status: String = try row.decode("status")
+        guard let known = RunStatus(rawValue: status) else {
+            throw PostgresError(code: .decoding, phase: .decode, message: "unknown run status", column: "status")
+        }
+        summary.status = known
         summary.finishedAt = try row.decode("finished_at")
         summary.error = try row.decode("error")
         return summary

@@ -193,7 +193,7 @@ public struct ReconciliationStore: Sendable {
                         \(PostgresTextArray(updates.map(\.status)))::integer[],
                         \(PostgresTextArray(updates.map(\.nextAttemptAt)))::timestamptz[],
                         \(PostgresTextArray(updates.map(\.attempts)))::integer[],
-                        \(PostgresTextArray(updates.map(\.outcome)))::text[],
+                        \(PostgresTextArray(updates.map(\.outcome.rawValue)))::text[],
                         \(PostgresTextArray(updates.map(\.latestReceipt)))::text[],
                         \(PostgresTextArray(updates.map(\.localBundleId)))::text[],
                         \(PostgresTextArray(updates.map { $0.localOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[],

@@ -42,7 +42,7 @@ public struct ReceiptUpdate: Sendable {
     public var status: Int?
     public var nextAttemptAt: Date?
     public var attempts: Int
-    public var outcome: String
+    public var outcome: ReceiptOutcome
     /// Apple's fresher blob, when it differs and is valid base64.
     public var latestReceipt: String?
     /// From the local decode of the blob, when it decoded.
@@ -52,7 +52,7 @@ public struct ReceiptUpdate: Sendable {
     public var ledgerDigest: Int64?
 
     public init(id: Int64, rowVersion: String, environment: AppleEnvironment?, verifiedAt: Date?, status: Int?,
-                nextAttemptAt: Date?, attempts: Int, outcome: String, latestReceipt: String?) {
+                nextAttemptAt: Date?, attempts: Int, outcome: ReceiptOutcome, latestReceipt: String?) {
         self.id = id
         self.rowVersion = rowVersion
         self.environment = environment

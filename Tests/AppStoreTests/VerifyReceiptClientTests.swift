@@ -39,13 +39,13 @@ import TestSupport
         defer { client.shutdown() }
 
         let production = await client.verify(receipt: receiptBlob("prod"))
-        #expect(production.name == "verified")
+        #expect(production.receiptOutcome == .verified)
         #expect(production.endpoints == [.production])
         #expect(production.environment == .production)
         #expect(production.finalStatus == 0)
 
         let sandbox = await client.verify(receipt: receiptBlob("sand"))
-        #expect(sandbox.name == "verified")
+        #expect(sandbox.receiptOutcome == .verified)
         #expect(sandbox.endpoints == [.production, .sandbox])
         #expect(sandbox.attempts == 1)
         #expect(sandbox.environment == .sandbox)
@@ -66,7 +66,7 @@ import TestSupport
         let client = Self.client(simulator)
         defer { client.shutdown() }
         let outcome = await client.verify(receipt: receiptBlob("loop"))
-        #expect(outcome.name == "failed")
+        #expect(outcome.receiptOutcome == .failed)
         #expect(outcome.endpoints == [.production, .sandbox])
         #expect(outcome.requests == 2)
         #expect(outcome.attempts == 1)
@@ -95,7 +95,7 @@ import TestSupport
         let client = Self.client(simulator)
         defer { client.shutdown() }
         let outcome = await client.verify(receipt: receiptBlob("r"))
-        #expect(outcome.name == "verified", "\(label): \(outcome.reason ?? "")")
+        #expect(outcome.receiptOutcome == .verified, "\(label): \(outcome.reason ?? "")")
         #expect(outcome.attempts == 2)
         #expect(outcome.requests == 2)
         #expect(outcome.finalStatus == 0)
@@ -119,7 +119,7 @@ import TestSupport
         let client = Self.client(simulator)
         defer { client.shutdown() }
         let outcome = await client.verify(receipt: receiptBlob("p"))
-        #expect(outcome.name == "failed", "\(label)")
+        #expect(outcome.receiptOutcome == .failed, "\(label)")
         #expect(outcome.attempts == 1)
         #expect(outcome.requests == 1)
         #expect(outcome.finalStatus == expected.status)
@@ -135,14 +135,14 @@ import TestSupport
         let client = Self.client(simulator)
         defer { client.shutdown() }
         let persisting = await client.verify(receipt: receiptBlob("persists"))
-        #expect(persisting.name == "failed")
+        #expect(persisting.receiptOutcome == .failed)
         #expect(persisting.response == nil)
         #expect(persisting.attempts == 3)
         #expect(persisting.finalStatus == 0)
         #expect(persisting.reason?.contains("without a receipt") == true)
 
         let passing = await client.verify(receipt: receiptBlob("passes"))
-        #expect(passing.name == "verified")
+        #expect(passing.receiptOutcome == .verified)
         #expect(passing.attempts == 2)
         #expect(passing.response?.receipt != nil)
     }
@@ -167,7 +167,7 @@ import TestSupport
         let client = Self.client(simulator)
         defer { client.shutdown() }
         let outcome = await client.verify(receipt: receiptBlob("storm"))
-        #expect(outcome.name == "deferred")
+        #expect(outcome.receiptOutcome == .deferred)
         #expect(outcome.attempts == 3)
         #expect(outcome.requests == 3)
         #expect(outcome.finalStatus == nil)
@@ -184,7 +184,7 @@ import TestSupport
         let started = ContinuousClock.now
         let outcome = await client.verify(receipt: receiptBlob("slow down"))
         let elapsed = ContinuousClock.now - started
-        #expect(outcome.name == "verified")
+        #expect(outcome.receiptOutcome == .verified)
         #expect(outcome.attempts == 2)
         #expect(elapsed >= .seconds(1), "waited only \(elapsed)")
     }
@@ -201,7 +201,7 @@ import TestSupport
         let started = ContinuousClock.now
         let outcome = await client.verify(receipt: receiptBlob("hang"))
         let elapsed = ContinuousClock.now - started
-        #expect(outcome.name == "deferred")
+        #expect(outcome.receiptOutcome == .deferred)
         #expect(outcome.attempts == 2)
         #expect(outcome.reason?.contains("timeout") == true)
         // Two 30-second stalls cut to 300 ms each (0.6 s alone; the bound allows for a loaded machine).
@@ -217,7 +217,7 @@ import TestSupport
         let client = Self.client(simulator, policy: policy)
         defer { client.shutdown() }
         let outcome = await client.verify(receipt: receiptBlob("huge"))
-        #expect(outcome.name == "failed")
+        #expect(outcome.receiptOutcome == .failed)
         #expect(outcome.attempts == 1)
         #expect(outcome.reason?.contains("responseTooLarge") == true)
     }
@@ -228,7 +228,7 @@ import TestSupport
         let client = Self.client(simulator)
         defer { client.shutdown() }
         let outcome = await client.verify(receipt: blob)
-        #expect(outcome.name == "invalid_receipt")
+        #expect(outcome.receiptOutcome == .invalidReceipt)
         #expect(outcome.requests == 0)
         #expect(try await simulator.statistics()["apple_requests"] == 0)
     }
@@ -239,7 +239,7 @@ import TestSupport
         defer { client.shutdown() }
         let blob = receiptBlob("wrapped")
         let wrapped = blob.prefix(8) + "\r\n " + blob.dropFirst(8) + "\n"
-        #expect(await client.verify(receipt: String(wrapped)).name == "verified")
+        #expect(await client.verify(receipt: String(wrapped)).receiptOutcome == .verified)
     }
 
     @Test(.disabled(if: isSanitizedRun, "timing")) func twoHundredInFlightAtOnce() async throws {
@@ -249,7 +249,7 @@ import TestSupport
         defer { client.shutdown() }
         let started = ContinuousClock.now
         let outcomes = await withTaskGroup(of: String.self) { group in
-            for _ in 0..<200 { group.addTask { await client.verify(receipt: receiptBlob("many")).name } }
+            for _ in 0..<200 { group.addTask { await client.verify(receipt: receiptBlob("many")).receiptOutcome.rawValue } }
             return await group.reduce(into: [String]()) { $0.append($1) }
         }
         let elapsed = ContinuousClock.now - started
@@ -274,7 +274,7 @@ import TestSupport
         defer { client.shutdown() }
         let started = ContinuousClock.now
         let outcomes = await withTaskGroup(of: String.self) { group in
-            for _ in 0..<21 { group.addTask { await client.verify(receipt: receiptBlob("paced")).name } }
+            for _ in 0..<21 { group.addTask { await client.verify(receipt: receiptBlob("paced")).receiptOutcome.rawValue } }
             return await group.reduce(into: [String]()) { $0.append($1) }
         }
         let elapsed = ContinuousClock.now - started
@@ -288,7 +288,7 @@ import TestSupport
         let client = Self.client(simulator, concurrency: 200, connections: 8)
         defer { client.shutdown() }
         let outcomes = await withTaskGroup(of: String.self) { group in
-            for _ in 0..<200 { group.addTask { await client.verify(receipt: receiptBlob("few")).name } }
+            for _ in 0..<200 { group.addTask { await client.verify(receipt: receiptBlob("few")).receiptOutcome.rawValue } }
             return await group.reduce(into: [String]()) { $0.append($1) }
         }
         #expect(outcomes.filter { $0 == "verified" }.count == 200)
@@ -367,7 +367,7 @@ import TestSupport
         defer { client.shutdown() }
         let started = ContinuousClock.now
         let outcomes = await withTaskGroup(of: String.self) { group in
-            for index in 0..<40 { group.addTask { await client.verify(receipt: receiptBlob("storm\(index)")).name } }
+            for index in 0..<40 { group.addTask { await client.verify(receipt: receiptBlob("storm\(index)")).receiptOutcome.rawValue } }
             return await group.reduce(into: [String]()) { $0.append($1) }
         }
         let elapsed = ContinuousClock.now - started

@@ -43,7 +43,7 @@ import TestSupport
                 "cancellation_reason": "1",
             ]])])
             let (summary, _) = try await world.run(world.options())
-            #expect(summary.notifications["REFUND"]?["applied"] == 1)
+            #expect(summary.notifications["REFUND"]?[.applied] == 1)
             let row = try await world.connection.query("SELECT cancellation_date, cancellation_reason FROM iap.transactions WHERE transaction_id = '91'")
             #expect(try row[0].decode("cancellation_date", as: Date?.self) == Date(timeIntervalSince1970: Double(refundedAt) / 1000))
             #expect(try row[0].decode("cancellation_reason", as: Int?.self) == 1)
@@ -74,7 +74,7 @@ import TestSupport
                 "cancellation_date_ms": String(world.nowMs), "cancellation_reason": "0",
             ]])])
             let (summary, _) = try await world.run(world.options())
-            #expect(summary.notifications["REVOKE"]?["rejected"] == 1)
+            #expect(summary.notifications["REVOKE"]?[.rejected] == 1)
             #expect(summary.accountsProcessed == 0)  // nothing made due
             #expect(try await world.connection.query("SELECT * FROM iap.transactions ORDER BY transaction_id").map(\.values) == ledger)
             let row = try await world.connection.query("SELECT outcome, processed_at, account_id FROM iap.notifications")
@@ -90,11 +90,11 @@ import TestSupport
             try await Self.store(world, [Self.notification("DID_RENEW", password: world.secret, original: "777")])
             // First run: processed before any account is verified, so nobody owns 777 yet.
             let (first, _) = try await world.run(world.options())
-            #expect(first.notifications["DID_RENEW"]?["unmatched"] == 1)
+            #expect(first.notifications["DID_RENEW"]?[.unmatched] == 1)
             #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE processed_at IS NULL AND outcome = 'unmatched'") == 1)
             // That run verified the account; the next one matches the notification.
             let (second, _) = try await world.run(world.options())
-            #expect(second.notifications["DID_RENEW"]?["applied"] == 1)
+            #expect(second.notifications["DID_RENEW"]?[.applied] == 1)
             #expect(second.accountsProcessed == 1)  // made due, re-verified in the same run
             #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE processed_at IS NOT NULL AND account_id = 'late'") == 1)
         }
@@ -105,7 +105,7 @@ import TestSupport
             try await Self.store(world, [Self.notification("DID_RENEW", password: world.secret, original: "404")],
                                  receivedAt: "now() - interval '8 days'")
             let (summary, _) = try await world.run(world.options())
-            #expect(summary.notifications["DID_RENEW"]?["unmatched"] == 1)
+            #expect(summary.notifications["DID_RENEW"]?[.unmatched] == 1)
             #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE processed_at IS NOT NULL AND outcome = 'unmatched'") == 1)
         }
     }
@@ -124,8 +124,8 @@ import TestSupport
             ])
             // ...but the notification makes it due now.
             let (summary, _) = try await world.run(world.options())
-            #expect(summary.notifications["DID_RENEW"]?["applied"] == 1)
-            #expect(summary.notifications["(none)"]?["invalid"] == 1)
+            #expect(summary.notifications["DID_RENEW"]?[.applied] == 1)
+            #expect(summary.notifications["(none)"]?[.invalid] == 1)
             #expect(summary.consumptionRequests.count == 1)
             #expect(summary.accountsProcessed == 1)
             #expect(summary.corrections["extend"] == 1)

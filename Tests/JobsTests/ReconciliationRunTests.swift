@@ -60,7 +60,7 @@ import TestSupport
 
             let (summary, ending) = try await world.run(world.options())
             #expect(ending == .completed)
-            #expect(summary.status == "completed")
+            #expect(summary.status == .completed)
             #expect(summary.accountsProcessed == 10)
             #expect(summary.accountsDeferred == 1)
             #expect(summary.accountsInvalidReceipt == 1)
@@ -114,7 +114,7 @@ import TestSupport
 
             // A second pass over the same answers writes no correction, and the ledger does not grow.
             let ledgerUpdated = try await world.count("SELECT count(*) FROM iap.transactions WHERE updated_at > first_seen_at")
-            let (second, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
+            let (second, _) = try await world.run(world.options(kind: .backfill, selection: .backfill(
                 accounts: [], receiptIds: [], since: nil, until: nil, products: [], all: true)))
             #expect(second.totalCorrections == 0)
             #expect(second.accountsProcessed == 10)
@@ -156,18 +156,18 @@ import TestSupport
     @Test func backfillSelections() async throws {
         try await RunWorld.with("backfill") { world in
             try await Self.populate(world)
-            let (byAccount, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
+            let (byAccount, _) = try await world.run(world.options(kind: .backfill, selection: .backfill(
                 accounts: ["new", "refunded"], receiptIds: [], since: nil, until: nil, products: [], all: false)))
             #expect(byAccount.accountsProcessed == 2)
             let receiptId: Int64 = try await world.connection.query("SELECT min(id) AS id FROM iap.app_receipts WHERE account_id = 'buyer'")[0].decode("id")
-            let (byReceipt, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
+            let (byReceipt, _) = try await world.run(world.options(kind: .backfill, selection: .backfill(
                 accounts: [], receiptIds: [receiptId], since: nil, until: nil, products: [], all: false)))
             #expect(byReceipt.accountsProcessed == 1)
             #expect(byReceipt.receipts.values.reduce(0, +) == 2)  // every receipt of the selected account
-            let (byProduct, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
+            let (byProduct, _) = try await world.run(world.options(kind: .backfill, selection: .backfill(
                 accounts: [], receiptIds: [], since: nil, until: nil, products: ["lifetime"], all: false)))
             #expect(byProduct.accountsProcessed == 2)  // orphan (entitlement) and buyer (ledger)
-            let (none, _) = try await world.run(world.options(kind: "backfill", selection: .backfill(
+            let (none, _) = try await world.run(world.options(kind: .backfill, selection: .backfill(
                 accounts: [], receiptIds: [], since: Date().addingTimeInterval(3600), until: nil, products: [], all: false)))
             #expect(none.accountsProcessed == 0)
         }
@@ -212,7 +212,7 @@ import TestSupport
 
             // A backfill writes every row whatever the digest says.
             try await world.connection.execute("DELETE FROM iap.transactions")
-            _ = try await world.run(world.options(kind: "backfill", selection: .backfill(
+            _ = try await world.run(world.options(kind: .backfill, selection: .backfill(
                 accounts: ["steady"], receiptIds: [], since: nil, until: nil, products: [], all: false)), apple: refundingApple)
             #expect(try await world.count(ledgerRows) == 3)
 
@@ -256,7 +256,7 @@ import TestSupport
             options.batchSize = 25
             let (summary, ending) = try await world.run(options)
             #expect(ending == .aborted)
-            #expect(summary.status == "aborted")
+            #expect(summary.status == .aborted)
             #expect(summary.error?.contains("15 of 110") == true)
             #expect(try await world.entitlements() == before)
             #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'planned'") == 110)

@@ -35,7 +35,7 @@ import TestSupport
             let (summary, ending) = try await world.run(world.options())
             #expect(ending == .completed)
             #expect(summary.accountsFailed == 1)
-            #expect(summary.receipts["failed"] == 1)
+            #expect(summary.receipts[.failed] == 1)
             #expect(try await world.corrections(run: summary.runId) == ["ordinary": ["grant"]])
             #expect(try await world.entitlements()["paying/pro.monthly"] == before["paying/pro.monthly"])
             let row = try await world.connection.query("""
@@ -64,7 +64,7 @@ import TestSupport
 
             let (summary, ending) = try await world.run(world.options())
             #expect(ending == .completed)
-            #expect(summary.receipts["foreign_bundle"] == 2)
+            #expect(summary.receipts[.foreignBundle] == 2)
             #expect(summary.accountsFailed == 2)
             #expect(summary.bundleMismatches.count == 2)
             #expect(summary.bundleMismatches.contains { $0.contains("com.other.app") })
@@ -78,11 +78,11 @@ import TestSupport
             #expect(failures.contains("foreign_bundle"))
 
             // A configured bundle id wins over the rows' own: the other app's receipts now count.
-            var options = world.options(kind: "backfill", selection: .backfill(
+            var options = world.options(kind: .backfill, selection: .backfill(
                 accounts: ["apple-says-other"], receiptIds: [], since: nil, until: nil, products: [], all: false))
             options.bundleIds = ["com.example.app", "com.other.app"]
             let (configured, _) = try await world.run(options)
-            #expect(configured.receipts["verified"] == 2)
+            #expect(configured.receipts[.verified] == 2)
             #expect(try await world.entitlements()["apple-says-other/lifetime"]?.entitled == true)
         }
     }
@@ -118,7 +118,7 @@ import TestSupport
                 options.batchSize = 100  // the odd receipts share one batch with the ordinary accounts
                 let (summary, ending) = try await world.run(options)
                 #expect(ending == .completed, "night \(night)")
-                #expect(summary.status == "completed")
+                #expect(summary.status == .completed)
                 #expect(summary.accountsFailed == 5, "night \(night)")
                 #expect(summary.accountsVerified == 4)
                 #expect(summary.appleStatuses["99999999999"] == 1)
@@ -312,7 +312,7 @@ extension RunWorld {
     @Test func aGrantNeverOverwritesARowInsertedAfterPlanning() async throws {
         try await RunWorld.with("grant-race") { world in
             let store = ReconciliationStore(connection: world.connection)
-            let runId = try await store.createRun(kind: "nightly", isDryRun: false, startedAt: world.now, shard: nil,
+            let runId = try await store.createRun(kind: .nightly, isDryRun: false, startedAt: world.now, shard: nil,
                                                   options: try PostgresJSON(encoding: ["test": true]))
             let granted = Entitlement(accountId: "racer", productId: "pro.monthly", originalTransactionId: "1", state: .active,
                                       expiresAt: world.expiry(endDays: 30))
@@ -364,7 +364,7 @@ extension RunWorld {
             async let a = world.run(first)
             async let b = world.run(second)
             let (one, two) = try await (a, b)
-            let processed = (one.summary.notifications["DID_RENEW"]?["applied"] ?? 0) + (two.summary.notifications["DID_RENEW"]?["applied"] ?? 0)
+            let processed = (one.summary.notifications["DID_RENEW"]?[.applied] ?? 0) + (two.summary.notifications["DID_RENEW"]?[.applied] ?? 0)
             #expect(processed == 200)
             #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE outcome = 'applied' AND processed_at IS NOT NULL") == 200)
         }
@@ -384,7 +384,7 @@ extension RunWorld {
                 "cancellation_date_ms": "1700000100000", "cancellation_reason": "1",
             ]])])
             let store = ReconciliationStore(connection: world.connection)
-            let runId = try await store.createRun(kind: "nightly", isDryRun: false, startedAt: world.now, shard: nil,
+            let runId = try await store.createRun(kind: .nightly, isDryRun: false, startedAt: world.now, shard: nil,
                                                   options: try PostgresJSON(encoding: ["test": true]))
             // A batch's transaction: it holds the account's receipt row, and will write transaction 78 next.
             let batch = try await world.database.connect()
@@ -408,7 +408,7 @@ extension RunWorld {
                 """)
             try await batch.execute("COMMIT")
             let summary = try await processing
-            #expect(summary.notifications["REFUND"]?["applied"] == 1)
+            #expect(summary.notifications["REFUND"]?[.applied] == 1)
             #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE transaction_id = '78' AND cancellation_date IS NOT NULL") == 1)
             await batch.close()
             await connection.close()
@@ -420,7 +420,7 @@ extension RunWorld {
     @Test func aBatchIsWrittenOnceHoweverOftenItIsRetried() async throws {
         try await RunWorld.with("batch-once") { world in
             let store = ReconciliationStore(connection: world.connection)
-            let runId = try await store.createRun(kind: "nightly", isDryRun: false, startedAt: world.now, shard: nil,
+            let runId = try await store.createRun(kind: .nightly, isDryRun: false, startedAt: world.now, shard: nil,
                                                   options: try PostgresJSON(encoding: ["test": true]))
             let correction = Correction(
                 accountId: "once", productId: "lifetime", kind: .grant, reason: "test", before: nil,
@@ -481,7 +481,7 @@ extension RunWorld {
             let read = try await store.receipts(of: ["replaced"])["replaced"]![0]
             try await world.connection.execute("UPDATE iap.app_receipts SET latest_receipt = 'bmV3', updated_at = now() WHERE id = \(id)")
             var update = ReceiptUpdate(id: id, rowVersion: read.rowVersion, environment: .sandbox, verifiedAt: nil, status: 21005,
-                                       nextAttemptAt: world.now.addingTimeInterval(3600), attempts: 3, outcome: "deferred", latestReceipt: nil)
+                                       nextAttemptAt: world.now.addingTimeInterval(3600), attempts: 3, outcome: .deferred, latestReceipt: nil)
             update.localBundleId = "com.other.app"
             update.localOriginalTransactionIds = ["1"]
             try await store.writeBatch(runId: 1, startedAt: world.now, receipts: [update], ledger: [], corrections: [],
