@@ -52,9 +52,7 @@ public final class ReconciliationRun: Sendable {
     let stopRequested = Locked(false)
     /// Set when the writer failed: the producer stops taking accounts.
     let writerFailed = Locked(false)
-    let secretRejections = Locked((consecutive: 0, total: 0))
-    /// Consecutive 21004 answers that stop the run.
-    let sharedSecretRejectionLimit: Int
+    let secretGuard: SharedSecretGuard
 
     /// Checks the password of server notifications; never logged.
     let sharedSecret: String
@@ -66,7 +64,7 @@ public final class ReconciliationRun: Sendable {
         self.connections = connections
         self.client = client
         self.logger = logger
-        self.sharedSecretRejectionLimit = sharedSecretRejectionLimit
+        secretGuard = SharedSecretGuard(limit: sharedSecretRejectionLimit)
     }
 
     /// Asks the run to stop taking new accounts; in-flight work is finished and committed.
@@ -75,15 +73,19 @@ public final class ReconciliationRun: Sendable {
     }
 
     var shouldStop: Bool {
-        stopRequested.withLock { $0 } || writerFailed.withLock { $0 }
-            || secretRejections.withLock { $0.consecutive >= sharedSecretRejectionLimit }
+        stopRequested.withLock { $0 } || writerFailed.withLock { $0 } || secretGuard.isTripped
     }
 
     /// Runs to the end and returns the summary (also stored in `iap.reconciliation_runs`).
+    /// Cancelling the task stops the run as SIGTERM does: no new accounts, `interrupted`.
     public func run() async throws -> (summary: RunSummary, ending: Ending) {
         guard try await RunLock.tryAcquire(connections.lock, shard: options.selection.shard) else { throw RunLocked() }
         do {
-            let result = try await runHoldingLock()
+            let result = try await withTaskCancellationHandler {
+                try await runHoldingLock()
+            } onCancel: {
+                requestStop()
+            }
             await RunLock.release(connections.lock)
             return result
         } catch {
@@ -162,7 +164,7 @@ public final class ReconciliationRun: Sendable {
         case .aborted: summary.status = .aborted
         case .sharedSecretRejected:
             summary.status = .failed
-            summary.error = SharedSecretRejected(count: secretRejections.withLock { $0.total }).description
+            summary.error = SharedSecretRejected(count: secretGuard.total).description
         }
         summary.finishedAt = Date()
         let finished = summary
@@ -204,10 +206,7 @@ public final class ReconciliationRun: Sendable {
     /// planned corrections batch by batch, or applies nothing and ends `aborted`.
     private func applyWithinSafetyLimit(now: Date, writer: ReconciliationStore, summary: inout RunSummary,
                                         logger: Logger) async throws -> Ending {
-        let rejectedSecret = secretRejections.withLock { state in
-            state.consecutive >= sharedSecretRejectionLimit || (state.total > 0 && summary.accountsVerified == 0 && state.total >= 3)
-        }
-        if rejectedSecret { return .sharedSecretRejected }
+        if secretGuard.hasRejected(accountsVerified: summary.accountsVerified) { return .sharedSecretRejected }
         let ending: Ending = stopRequested.withLock { $0 } ? .interrupted : .completed
         guard !options.isDryRun else { return ending }
 
@@ -266,119 +265,31 @@ public final class ReconciliationRun: Sendable {
 
     // MARK: - Phase 1: verify and plan
 
-    /// One account's work and result.
-    struct AccountWork: Sendable {
-        var accountId: String
-        var receipts: [StoredReceipt]
-        var stored: [Entitlement]
-    }
-
-    struct AccountResult: Sendable {
-        var accountId: String
-        var counts: AccountOutcomeCounts
-        var receiptUpdates: [ReceiptUpdate]
-        var ledger: [LedgerEntry]
-        var corrections: [Correction]
-        var failures: [FailureRecord]
-    }
-
+    /// Phase 1: verifies the selected accounts and commits, batch by batch, what each one's
+    /// answers say (receipt rows, ledger, planned corrections). A producer verifies accounts in a
+    /// bounded window while a writer commits batches, at most two waiting, so Apple's requests
+    /// keep flowing while the database works.
     private func verifyAndPlan(
         now: Date, rules: EntitlementRules, reader: ReconciliationStore, writer: ReconciliationStore, summary: RunSummary,
         report: RunReportWriter, logger: Logger
     ) async throws -> RunSummary {
         let batches = AsyncStream<[AccountResult]>.makeStream()
         let pendingBatches = ConcurrencyLimiter(limit: 2)
-        let window = max(options.concurrency * 2, 16)
-        let diff = EntitlementDiff(expiryLag: options.expiryLag)
         // The total is only worth a query for a person watching a terminal.
         let total = ProgressReporter.isTerminal ? try? await reader.countAccounts(selection: options.selection, now: now) : nil
-
+        let progress = ProgressReporter(interval: options.progressInterval, total: total, logger: logger)
+        let processor = AccountProcessor(client: client, options: options, rules: rules,
+                                         diff: EntitlementDiff(expiryLag: options.expiryLag), now: now, secretGuard: secretGuard)
         return try await withThrowingTaskGroup(of: RunSummary.self) { group in
-            // The writer: one transaction per batch, counts included, then the failures file.
-            let progress = ProgressReporter(interval: options.progressInterval, total: total, logger: logger)
-            group.addTask { [options] in
-                var summary = summary
-                var failure: (any Error)?
-                var sequence = 0
-                for await batch in batches.stream {
-                    // Keep draining after a failure, so the producer is never left waiting.
-                    defer { pendingBatches.release() }
-                    guard failure == nil else { continue }
-                    var next = summary
-                    for result in batch { next.add(result.counts) }
-                    sequence += 1
-                    do {
-                        try await Self.retryingLostConnections(logger: logger) { [sequence] in
-                          try await self.ensureLockHeld(logger: logger)
-                          try await writer.connection.withTransaction { _ in
-                            // A retry after a lost COMMIT acknowledgement finds the batch written already.
-                            guard try await writer.claimBatch(runId: summary.runId, sequence: sequence) else { return }
-                            try await writer.writeBatch(
-                                runId: summary.runId, startedAt: now, receipts: batch.flatMap(\.receiptUpdates),
-                                ledger: batch.flatMap(\.ledger),
-                                corrections: batch.flatMap(\.corrections),
-                                verifiedAccounts: batch.filter { $0.counts.outcome == .verified }.map(\.accountId),
-                                isDryRun: options.isDryRun)
-                            try await writer.updateRun(next)
-                          }
-                        }
-                        try report.appendFailures(batch.flatMap(\.failures))
-                    } catch {
-                        failure = error
-                        self.writerFailed.withLock { $0 = true }
-                        continue
-                    }
-                    summary = next
-                    progress.report(summary)
-                }
-                progress.finish()
-                if let failure { throw failure }
-                return summary
+            group.addTask {
+                defer { pendingBatches.close() }  // a writer that ended early never leaves the producer waiting
+                return try await self.writeBatches(batches.stream, slots: pendingBatches, summary: summary, now: now,
+                                                   writer: writer, report: report, progress: progress, logger: logger)
             }
-
-            // The producer: pages in, accounts verified in a bounded window, batches out.
             do {
-                try await withThrowingTaskGroup(of: AccountResult.self) { accounts in
-                    var inFlight = 0
-                    var pending: [AccountResult] = []
-                    func collect(_ result: AccountResult) async {
-                        pending.append(result)
-                        if pending.count >= options.batchSize {
-                            await pendingBatches.acquire()
-                            batches.continuation.yield(pending)
-                            pending = []
-                        }
-                    }
-                    // The next page is read while this one is verified, so Apple's requests never
-                    // wait for the database; one read at a time on the reader connection.
-                    @Sendable func read(after cursor: String) async throws -> ReconciliationStore.AccountPage {
-                        try await Self.retryingLostConnections(logger: logger) {
-                            try await reader.page(after: cursor, limit: options.pageSize, selection: options.selection, now: now)
-                        }
-                    }
-                    var nextPage: Task<ReconciliationStore.AccountPage, any Error>? = Task { try await read(after: "") }
-                    defer { nextPage?.cancel() }
-                    pages: while !shouldStop, let reading = nextPage {
-                        let page = try await reading.value
-                        guard let last = page.accounts.last else { break }
-                        nextPage = Task { try await read(after: last) }
-                        let (receipts, stored) = (page.receipts, page.stored)
-                        for accountId in page.accounts {
-                            if shouldStop { break pages }
-                            if inFlight >= window, let result = try await accounts.next() {
-                                inFlight -= 1
-                                await collect(result)
-                            }
-                            let work = AccountWork(accountId: accountId, receipts: receipts[accountId] ?? [], stored: stored[accountId] ?? [])
-                            accounts.addTask { await self.process(work, rules: rules, diff: diff, now: now) }
-                            inFlight += 1
-                        }
-                    }
-                    while let result = try await accounts.next() { await collect(result) }
-                    if !pending.isEmpty {
-                        await pendingBatches.acquire()
-                        batches.continuation.yield(pending)
-                    }
+                try await verifyAccounts(processor: processor, reader: reader, now: now, logger: logger) { batch in
+                    await pendingBatches.acquire()
+                    batches.continuation.yield(batch)
                 }
             } catch {
                 batches.continuation.finish()
@@ -389,153 +300,95 @@ public final class ReconciliationRun: Sendable {
         }
     }
 
-    /// Verifies an account's receipts and plans its corrections: no database access here.
-    func process(_ work: AccountWork, rules: EntitlementRules, diff: EntitlementDiff, now: Date) async -> AccountResult {
-        var verified: [VerifiedReceipt] = []
-        var updates: [ReceiptUpdate] = []
-        var failures: [FailureRecord] = []
-        var receiptOutcomes: [ReceiptOutcome] = []
-        var counts = AccountOutcomeCounts(outcome: .verified)
-        for receipt in work.receipts {
-            let local = Self.localDecode(receipt.latestReceipt)
-            if local == nil { counts.receiptsNotDecodedLocally += 1 }
-            let outcome = await verify(receipt, local: local, accountId: work.accountId, counts: &counts)
-            receiptOutcomes.append(outcome.receiptOutcome)
-            counts.receipts[outcome.receiptOutcome, default: 0] += 1
-            counts.appleRequests += outcome.requests
-            if let status = outcome.finalStatus { counts.appleStatuses[String(status), default: 0] += 1 }
-            noteSharedSecret(outcome.finalStatus)
-
-            // A status past an integer column's range is an unknown code (a final failure) that
-            // `last_status` cannot hold: the row keeps NULL, the report has the number.
-            let storableStatus = outcome.finalStatus.flatMap { StorableValues.outOfRange($0, field: "") == nil ? $0 : nil }
-            var update = ReceiptUpdate(
-                id: receipt.id, rowVersion: receipt.rowVersion, environment: outcome.environment, verifiedAt: nil,
-                status: storableStatus, nextAttemptAt: nil, attempts: 0, outcome: outcome.receiptOutcome, latestReceipt: nil)
-            if let local, StorableValues.problem(in: local) == nil {
-                update.localBundleId = local.bundleId
-                update.localOriginalTransactionIds = local.originals
+    /// The producer: pages of due accounts in, each account verified in a window of
+    /// `2 x --concurrency`, results out in batches of `--batch-size`. The next page is read while
+    /// this one is verified (one read at a time on the reader connection), so Apple's requests
+    /// never wait for the database.
+    private func verifyAccounts(
+        processor: AccountProcessor, reader: ReconciliationStore, now: Date, logger: Logger,
+        send: (_ batch: [AccountResult]) async -> Void
+    ) async throws {
+        let window = max(options.concurrency * 2, 16)
+        let options = self.options
+        @Sendable func read(after cursor: String?) async throws -> ReconciliationStore.AccountPage? {
+            guard let cursor else { return nil }
+            return try await Self.retryingLostConnections(logger: logger) {
+                try await reader.page(after: cursor, limit: options.pageSize, selection: options.selection, now: now)
             }
-            switch outcome.result {
-            case .verified(let response):
-                let environment = outcome.environment?.rawValue ?? response.environment ?? "Production"
-                verified.append(VerifiedReceipt(receiptId: receipt.id, response: response, environment: environment))
-                update.verifiedAt = now
-                if let fresh = response.latestReceipt {
-                    let current = withoutWhitespace(receipt.latestReceipt)
-                    if case .success(let compact) = ReceiptBlob.normalized(fresh, maximumBytes: options.policy.maximumReceiptBytes) {
-                        if compact != current {
-                            update.latestReceipt = compact
-                            counts.latestReceiptsStored += 1
-                        }
-                    } else {
-                        counts.latestReceiptsIgnored += 1
+        }
+        try await withThrowingTaskGroup(of: AccountResult?.self) { accounts in
+            var inFlight = 0
+            var pending: [AccountResult] = []
+            func collect(_ result: AccountResult?) async {
+                guard let result else { return }
+                pending.append(result)
+                guard pending.count >= options.batchSize else { return }
+                await send(pending)
+                pending = []
+            }
+            var page = try await read(after: "")
+            pages: while let current = page, !current.accounts.isEmpty, !shouldStop {
+                async let next = read(after: current.accounts.last)
+                for accountId in current.accounts {
+                    if shouldStop { break pages }
+                    if inFlight >= window, let result = try await accounts.next() {
+                        inFlight -= 1
+                        await collect(result)
+                    }
+                    let work = AccountWork(accountId: accountId, receipts: current.receipts[accountId] ?? [],
+                                           stored: current.stored[accountId] ?? [])
+                    accounts.addTask { await processor.process(work) }
+                    inFlight += 1
+                }
+                page = try await next
+            }
+            while let result = try await accounts.next() { await collect(result) }
+            if !pending.isEmpty { await send(pending) }
+        }
+    }
+
+    /// The writer: one transaction per batch (receipt rows, ledger, planned corrections and the
+    /// run's counts together), then the batch's failure lines. After a failure it keeps draining,
+    /// so the producer is never left waiting, and stops the producer.
+    private func writeBatches(
+        _ batches: AsyncStream<[AccountResult]>, slots: ConcurrencyLimiter, summary: RunSummary, now: Date,
+        writer: ReconciliationStore, report: RunReportWriter, progress: ProgressReporter, logger: Logger
+    ) async throws -> RunSummary {
+        var summary = summary
+        var failure: (any Error)?
+        var sequence = 0
+        for await batch in batches {
+            defer { slots.release() }
+            guard failure == nil else { continue }
+            var next = summary
+            for result in batch { next.add(result.counts) }
+            sequence += 1
+            do {
+                try await Self.retryingLostConnections(logger: logger) { [sequence, next] in
+                    try await ensureLockHeld(logger: logger)
+                    try await writer.connection.withTransaction { _ in
+                        // A retry after a lost COMMIT acknowledgement finds the batch written already.
+                        guard try await writer.claimBatch(runId: next.runId, sequence: sequence) else { return }
+                        try await writer.writeBatch(
+                            runId: next.runId, startedAt: now, receipts: batch.flatMap(\.receiptUpdates),
+                            ledger: batch.flatMap(\.ledger), corrections: batch.flatMap(\.corrections),
+                            verifiedAccounts: batch.filter { $0.counts.outcome == .verified }.map(\.accountId),
+                            isDryRun: options.isDryRun)
+                        try await writer.updateRun(next)
                     }
                 }
-            case .deferred:
-                update.attempts = receipt.attempts + 1
-                let backoff = min(options.maximumDeferral, 900 * pow(2, Double(min(receipt.attempts, 10))))
-                update.nextAttemptAt = now.addingTimeInterval(backoff)
-            case .failed(let status, _):
-                update.attempts = receipt.attempts + 1
-                // A rejected secret is this job's configuration, not the receipt: try it again next run.
-                update.nextAttemptAt = status == 21004 ? nil : now.addingTimeInterval(options.failedRetryAfter)
-            case .invalidReceipt, .foreignBundle:
-                update.attempts = receipt.attempts + 1
-                update.nextAttemptAt = now.addingTimeInterval(options.failedRetryAfter)
+                try report.appendFailures(batch.flatMap(\.failures))
+            } catch {
+                failure = error
+                writerFailed.withLock { $0 = true }
+                continue
             }
-            updates.append(update)
-            if outcome.receiptOutcome != .verified {
-                failures.append(FailureRecord(
-                    accountId: work.accountId, receiptId: receipt.id, outcome: outcome.receiptOutcome, appleStatus: outcome.finalStatus,
-                    attempts: outcome.attempts, endpoints: outcome.endpoints.map(\.rawValue).joined(separator: ">"),
-                    reason: outcome.reason ?? ""))
-            }
+            summary = next
+            progress.report(summary)
         }
-
-        let union = EntitlementRules.union(verified)
-        var ledger = union.map {
-            LedgerEntry(accountId: work.accountId, transaction: $0.transaction, environment: $0.environment)
-        }
-        counts.outcome = AccountOutcome.combining(receiptOutcomes)
-        // Rows the account's last full verification already wrote are not sent again (a backfill
-        // rewrites them all). Only a full verification records a digest; anything less clears it.
-        let digest = counts.outcome == .verified && !work.receipts.isEmpty ? LedgerEntry.digest(ledger) : nil
-        for index in updates.indices { updates[index].ledgerDigest = digest }
-        if let digest, options.kind != .backfill, work.receipts.allSatisfy({ $0.ledgerDigest == digest }) {
-            ledger = []
-        }
-        var corrections: [Correction] = []
-        // Only accounts all of whose receipts verified get corrections: a partial view could revoke wrongly.
-        if counts.outcome == .verified && !work.receipts.isEmpty {
-            let computed = rules.entitlements(accountId: work.accountId, receipts: verified, union: union, now: now)
-            let plan = diff.corrections(stored: work.stored, computed: computed, now: now,
-                                        cancellationReasons: EntitlementRules.cancellationReasons(union))
-            corrections = plan.corrections
-            counts.corrections = plan.corrections.map(\.kind)
-            counts.heldRevokes = plan.heldRevokes.count
-            counts.sandboxGrants = plan.corrections.filter { $0.kind == .grant && $0.after.environment == "Sandbox" }.count
-        }
-        return AccountResult(accountId: work.accountId, counts: counts, receiptUpdates: updates, ledger: ledger,
-                             corrections: corrections, failures: failures)
-    }
-
-    /// What the local decode of a blob says (it informs the report and the bundle check; it never
-    /// grants or revokes), or nil when the blob is no receipt this decoder reads.
-    static func localDecode(_ blob: String) -> LocalReceipt? {
-        switch try? ReceiptDecoder.decode(Array(blob.utf8)) {
-        case .appReceipt(let decoded)?:
-            return LocalReceipt(bundleId: decoded.bundleId, originals: decoded.originalTransactionIds)
-        case .legacyTransactionReceipt(let legacy)?:
-            let original = legacy.purchaseInfo["original-transaction-id"] ?? legacy.purchaseInfo["transaction-id"]
-            return LocalReceipt(bundleId: legacy.purchaseInfo["bid"], originals: [original].compactMap { $0 })
-        case nil:
-            return nil
-        }
-    }
-
-    /// Asks Apple about one receipt, unless the local decode already shows it cannot count, and
-    /// holds the answer to the app's bundle ids and to what PostgreSQL can store.
-    private func verify(_ receipt: StoredReceipt, local: LocalReceipt?, accountId: String,
-                        counts: inout AccountOutcomeCounts) async -> VerificationOutcome {
-        let expected = options.bundleIds.isEmpty ? Set([receipt.bundleId].compactMap { $0 }.filter { !$0.isEmpty }) : options.bundleIds
-        func foreign(_ bundle: String, source: String) -> VerificationOutcome.Result? {
-            guard !expected.isEmpty, !expected.contains(bundle) else { return nil }
-            let shown = StorableValues.problem(text: bundle, field: "") == nil ? bundle : "a bundle id with a NUL byte"
-            let reason = "\(source) names the bundle \(shown), not this app's (\(expected.sorted().joined(separator: ", ")))"
-            counts.bundleMismatches.append("account \(accountId), receipt \(receipt.id): \(reason)")
-            return .foreignBundle(reason: reason)
-        }
-        var outcome = VerificationOutcome(result: .deferred(reason: "not attempted"), requests: 0, attempts: 0,
-                                          endpoints: [], finalStatus: nil, environment: receipt.environment)
-        if let bundle = local?.bundleId, let result = foreign(bundle, source: "the receipt") {
-            outcome.result = result
-            return outcome
-        }
-        if let local, let problem = StorableValues.problem(in: local) {
-            outcome.result = .failed(status: nil, reason: "the receipt's local decode cannot be stored: \(problem)")
-            return outcome
-        }
-        outcome = await client.verify(receipt: receipt.latestReceipt, knownEnvironment: receipt.environment)
-        guard case .verified(let response) = outcome.result else { return outcome }
-        if let bundle = response.receipt?.bundleId, let result = foreign(bundle, source: "Apple's answer") {
-            outcome.result = result
-        } else if let problem = StorableValues.problem(in: response) {
-            outcome.result = .failed(status: outcome.finalStatus, reason: "Apple's answer cannot be stored: \(problem)")
-        }
-        return outcome
-    }
-
-    private func noteSharedSecret(_ status: Int?) {
-        guard let status else { return }
-        secretRejections.withLock { state in
-            if status == 21004 {
-                state.consecutive += 1
-                state.total += 1
-            } else {
-                state.consecutive = 0
-            }
-        }
+        progress.finish()
+        if let failure { throw failure }
+        return summary
     }
 }
 

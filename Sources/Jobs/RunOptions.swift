@@ -2,6 +2,7 @@ import AppStore
 import Foundation
 import Reconciliation
 import Storage
+import Throttling
 
 /// Everything a `run` or `backfill` was asked to do.
 public struct RunOptions: Sendable {
@@ -24,8 +25,9 @@ public struct RunOptions: Sendable {
     /// The app's bundle ids (`--bundle-id`, `APPLE_BUNDLE_ID`): a receipt of any other bundle is
     /// `foreign_bundle`. Empty: each receipt row's own `bundle_id` is the app's, else nothing is checked.
     public var bundleIds: Set<String> = []
-    /// Where deferred receipts wait before the next try, at most.
-    public var maximumDeferral: TimeInterval = 12 * 3600
+    /// How long a deferred receipt waits before the next try: 15 minutes after its first failed
+    /// run, doubling, at most 12 hours.
+    public var deferral = Backoff(base: .seconds(900), maximum: .seconds(12 * 3600))
     /// Failed (final) receipts are tried again after this long.
     public var failedRetryAfter: TimeInterval = 20 * 3600
     public var reportDirectory: URL?

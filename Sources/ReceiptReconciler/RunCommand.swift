@@ -7,7 +7,6 @@ import Logging
 import Postgres
 import Reconciliation
 import Storage
-import Synchronization
 
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -107,9 +106,6 @@ func parseTime(_ text: String) -> Date? {
     return formatter.date(from: text)
 }
 
-/// The last stop signal received (0: none). Atomic: written by the signal handler, read by the watcher.
-let stopSignal = Atomic<Int32>(0)
-
 /// Raises the soft limit on open files to the hard one: a run at --concurrency 1000 holds a
 /// socket per request in flight, past the common default of 1024.
 func raiseOpenFileLimit() {
@@ -119,19 +115,20 @@ func raiseOpenFileLimit() {
     _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
 }
 
-/// Catches SIGTERM and SIGINT into `stopSignal` instead of ending the process.
-func installStopSignalHandler() {
-    var action = sigaction()
-    action.__sigaction_handler.sa_handler = { number in stopSignal.store(number, ordering: .relaxed) }
-    sigemptyset(&action.sa_mask)
-    action.sa_flags = SA_RESTART
-    sigaction(SIGTERM, &action, nil)
-    sigaction(SIGINT, &action, nil)
+/// SIGTERM and SIGINT as events instead of the end of the process: each arrival calls
+/// `onSignal` on a dispatch queue. Keep the sources for as long as the signals should be caught.
+func catchStopSignals(_ onSignal: @escaping @Sendable (Int32) -> Void) -> [any DispatchSourceSignal] {
+    [SIGTERM, SIGINT].map { number in
+        signal(number, SIG_IGN)  // the source sees the signal; the default action no longer ends the process
+        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+        source.setEventHandler { onSignal(number) }
+        source.resume()
+        return source
+    }
 }
 
 /// Connects, runs, reports, and maps the ending to the contract's exit status.
 func executeRun(_ options: RunOptions, common: RunCommandOptions, database: DatabaseOptions, logger: Logger) async throws {
-    installStopSignalHandler()
     raiseOpenFileLimit()
     let connectionString = try database.connectionString()
     let secret = try common.sharedSecret()
@@ -146,20 +143,12 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     let run = ReconciliationRun(options: options, connections: connections, client: client, sharedSecret: secret, logger: logger)
 
     // SIGTERM and SIGINT: stop taking accounts, finish what is in flight, commit, end `interrupted`.
-    // The handler was installed first thing (a signal before that ends the process, which is
-    // safe: nothing was written yet); a watcher turns the flag into a request to the run.
-    let watcher = Task {
-        while !Task.isCancelled {
-            let received = stopSignal.load(ordering: .relaxed)
-            if received != 0 {
-                logger.notice("run.stopping", metadata: ["signal": "\(received == SIGTERM ? "SIGTERM" : "SIGINT")"])
-                run.requestStop()
-                return
-            }
-            try? await Task.sleep(for: .milliseconds(50))
-        }
+    // Caught from here on; one before this ends the process, which is safe: nothing was written yet.
+    let signals = catchStopSignals { number in
+        logger.notice("run.stopping", metadata: ["signal": "\(number == SIGTERM ? "SIGTERM" : "SIGINT")"])
+        run.requestStop()
     }
-    defer { watcher.cancel() }
+    defer { signals.forEach { $0.cancel() } }
 
     let result: (summary: RunSummary, ending: ReconciliationRun.Ending)
     do {

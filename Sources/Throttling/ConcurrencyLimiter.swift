@@ -6,6 +6,7 @@ public final class ConcurrencyLimiter: Sendable {
         var available: Int
         var waiters: [CheckedContinuation<Void, Never>] = []
         var head = 0
+        var isClosed = false
     }
 
     private let state: Locked<State>
@@ -17,6 +18,7 @@ public final class ConcurrencyLimiter: Sendable {
     public func acquire() async {
         await withCheckedContinuation { continuation in
             let acquired = state.withLock { state in
+                if state.isClosed { return true }
                 if state.available > 0 {
                     state.available -= 1
                     return true
@@ -43,6 +45,20 @@ public final class ConcurrencyLimiter: Sendable {
             return nil
         }
         next?.resume()
+    }
+
+    /// Lets every waiter, and every later caller, through at once: for a consumer that ended
+    /// early (a failure, a cancellation), so that no producer waits for it forever.
+    public func close() {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.isClosed = true
+            defer {
+                state.waiters.removeAll()
+                state.head = 0
+            }
+            return Array(state.waiters[state.head...])
+        }
+        for waiter in waiters { waiter.resume() }
     }
 
     public func withPermit<Result>(_ body: () async throws -> Result) async rethrows -> Result {

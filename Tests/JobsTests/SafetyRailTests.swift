@@ -501,6 +501,32 @@ extension RunWorld {
     }
 }
 
+/// Structured concurrency: cancelling a run's task stops it as SIGTERM does, and never hangs.
+@Suite struct RunCancellationTests {
+    @Test(.timeLimit(.minutes(1))) func aCancelledRunStopsAndTheNextOneFinishesTheWork() async throws {
+        try await RunWorld.with("cancelled", scenario: ["latency_ms": 40]) { world in
+            for index in 0..<40 { try await SafetyRailTests.ordinaryAccount(world, "c\(index)", original: "\(8000 + index)") }
+            var options = world.options()
+            options.concurrency = 2
+            let running = Task { try await world.run(options) }
+            try await waitUntil("the run committed a batch") {
+                try await world.count("SELECT coalesce(max(batches_written), 0) FROM iap.reconciliation_runs") >= 1
+            }
+            running.cancel()
+            let (summary, ending) = try await running.value
+            #expect(ending == .interrupted)
+            #expect(summary.accountsProcessed < 40)
+            // What it committed is applied; nothing is left planned or marked failed by the cancellation.
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'planned'") == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome IS NOT NULL AND last_outcome <> 'verified'") == 0)
+            let (rest, restEnding) = try await world.run(world.options())
+            #expect(restEnding == .completed)
+            #expect(rest.accountsProcessed == 40 - summary.accountsProcessed)
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE entitled") == 40)
+        }
+    }
+}
+
 extension RunWorld {
     /// The backend holding a run lock in this world's database.
     func lockHolder() async throws -> Int {

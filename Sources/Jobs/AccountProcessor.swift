@@ -1,0 +1,217 @@
+import AppStore
+import AppStoreModels
+import Foundation
+import Locking
+import Reconciliation
+import Storage
+import Throttling
+
+/// One account's stored receipts and entitlements, as a page read them.
+struct AccountWork: Sendable {
+    var accountId: String
+    var receipts: [StoredReceipt]
+    var stored: [Entitlement]
+}
+
+/// What the writer commits for one account: receipt rows, ledger rows, planned corrections,
+/// and the counts and failure lines of the report.
+struct AccountResult: Sendable {
+    var accountId: String
+    var counts: AccountOutcomeCounts
+    var receiptUpdates: [ReceiptUpdate]
+    var ledger: [LedgerEntry]
+    var corrections: [Correction]
+    var failures: [FailureRecord]
+}
+
+/// Verifies one account's receipts with Apple and plans its corrections: the run's per-account
+/// work, with no database access (the writer commits what it returns).
+struct AccountProcessor: Sendable {
+    let client: VerifyReceiptClient
+    let options: RunOptions
+    let rules: EntitlementRules
+    let diff: EntitlementDiff
+    /// The run's clock: one `now` for every decision.
+    let now: Date
+    let secretGuard: SharedSecretGuard
+
+    /// The account's result; nil when the task was cancelled meanwhile (its answers may be
+    /// cancelled requests, not Apple's word): nothing is written, and the account stays due.
+    func process(_ work: AccountWork) async -> AccountResult? {
+        var verified: [VerifiedReceipt] = []
+        var updates: [ReceiptUpdate] = []
+        var failures: [FailureRecord] = []
+        var receiptOutcomes: [ReceiptOutcome] = []
+        var counts = AccountOutcomeCounts(outcome: .verified)
+        for receipt in work.receipts {
+            let local = Self.localDecode(receipt.latestReceipt)
+            if local == nil { counts.receiptsNotDecodedLocally += 1 }
+            let outcome = await verify(receipt, local: local, accountId: work.accountId, counts: &counts)
+            receiptOutcomes.append(outcome.receiptOutcome)
+            counts.receipts[outcome.receiptOutcome, default: 0] += 1
+            counts.appleRequests += outcome.requests
+            if let status = outcome.finalStatus { counts.appleStatuses[String(status), default: 0] += 1 }
+            secretGuard.note(outcome.finalStatus)
+            if case .verified(let response) = outcome.result {
+                let environment = outcome.environment?.rawValue ?? response.environment ?? "Production"
+                verified.append(VerifiedReceipt(receiptId: receipt.id, response: response, environment: environment))
+            } else {
+                failures.append(FailureRecord(
+                    accountId: work.accountId, receiptId: receipt.id, outcome: outcome.receiptOutcome, appleStatus: outcome.finalStatus,
+                    attempts: outcome.attempts, endpoints: outcome.endpoints.map(\.rawValue).joined(separator: ">"),
+                    reason: outcome.reason ?? ""))
+            }
+            updates.append(update(receipt, after: outcome, local: local, counts: &counts))
+        }
+        if Task.isCancelled { return nil }
+        counts.outcome = AccountOutcome.combining(receiptOutcomes)
+        return plan(work, verified: verified, updates: updates, failures: failures, counts: counts)
+    }
+
+    /// The ledger rows and corrections of an account, from its verified receipts. Only accounts
+    /// all of whose receipts verified get corrections: a partial view could revoke wrongly.
+    private func plan(_ work: AccountWork, verified: [VerifiedReceipt], updates: [ReceiptUpdate], failures: [FailureRecord],
+                      counts: AccountOutcomeCounts) -> AccountResult {
+        var (updates, counts) = (updates, counts)
+        let union = EntitlementRules.union(verified)
+        var ledger = union.map {
+            LedgerEntry(accountId: work.accountId, transaction: $0.transaction, environment: $0.environment)
+        }
+        let isVerified = counts.outcome == .verified && !work.receipts.isEmpty
+        // Rows the account's last full verification already wrote are not sent again (a backfill
+        // rewrites them all). Only a full verification records a digest; anything less clears it.
+        let digest = isVerified ? LedgerEntry.digest(ledger) : nil
+        for index in updates.indices { updates[index].ledgerDigest = digest }
+        if let digest, options.kind != .backfill, work.receipts.allSatisfy({ $0.ledgerDigest == digest }) {
+            ledger = []
+        }
+        var corrections: [Correction] = []
+        if isVerified {
+            let computed = rules.entitlements(accountId: work.accountId, receipts: verified, union: union, now: now)
+            let plan = diff.corrections(stored: work.stored, computed: computed, now: now,
+                                        cancellationReasons: EntitlementRules.cancellationReasons(union))
+            corrections = plan.corrections
+            counts.corrections = plan.corrections.map(\.kind)
+            counts.heldRevokes = plan.heldRevokes.count
+            counts.sandboxGrants = plan.corrections.filter { $0.kind == .grant && $0.after.environment == "Sandbox" }.count
+        }
+        return AccountResult(accountId: work.accountId, counts: counts, receiptUpdates: updates, ledger: ledger,
+                             corrections: corrections, failures: failures)
+    }
+
+    /// What the run writes back to a receipt row after its verification: what Apple said, the
+    /// local decode, and when to try again.
+    private func update(_ receipt: StoredReceipt, after outcome: VerificationOutcome, local: LocalReceipt?,
+                        counts: inout AccountOutcomeCounts) -> ReceiptUpdate {
+        // A status past an integer column's range is an unknown code (a final failure) that
+        // `last_status` cannot hold: the row keeps NULL, the report has the number.
+        let storableStatus = outcome.finalStatus.flatMap { StorableValues.outOfRange($0, field: "") == nil ? $0 : nil }
+        var update = ReceiptUpdate(
+            id: receipt.id, rowVersion: receipt.rowVersion, environment: outcome.environment, verifiedAt: nil,
+            status: storableStatus, nextAttemptAt: nil, attempts: receipt.attempts + 1, outcome: outcome.receiptOutcome,
+            latestReceipt: nil)
+        if let local, StorableValues.problem(in: local) == nil {
+            update.localBundleId = local.bundleId
+            update.localOriginalTransactionIds = local.originals
+        }
+        switch outcome.result {
+        case .verified(let response):
+            update.attempts = 0
+            update.verifiedAt = now
+            guard let fresh = response.latestReceipt else { break }
+            if case .success(let compact) = ReceiptBlob.normalized(fresh, maximumBytes: options.policy.maximumReceiptBytes) {
+                if compact != withoutWhitespace(receipt.latestReceipt) {
+                    update.latestReceipt = compact
+                    counts.latestReceiptsStored += 1
+                }
+            } else {
+                counts.latestReceiptsIgnored += 1
+            }
+        case .deferred:
+            update.nextAttemptAt = now.addingTimeInterval(options.deferral.delay(afterFailedAttempts: receipt.attempts + 1))
+        case .failed(let status, _):
+            // A rejected secret is this job's configuration, not the receipt: try it again next run.
+            update.nextAttemptAt = status == 21004 ? nil : now.addingTimeInterval(options.failedRetryAfter)
+        case .invalidReceipt, .foreignBundle:
+            update.nextAttemptAt = now.addingTimeInterval(options.failedRetryAfter)
+        }
+        return update
+    }
+
+    /// What the local decode of a blob says (it informs the report and the bundle check; it never
+    /// grants), or nil when the blob is no receipt this decoder reads.
+    static func localDecode(_ blob: String) -> LocalReceipt? {
+        switch try? ReceiptDecoder.decode(Array(blob.utf8)) {
+        case .appReceipt(let decoded)?:
+            return LocalReceipt(bundleId: decoded.bundleId, originals: decoded.originalTransactionIds)
+        case .legacyTransactionReceipt(let legacy)?:
+            let original = legacy.purchaseInfo["original-transaction-id"] ?? legacy.purchaseInfo["transaction-id"]
+            return LocalReceipt(bundleId: legacy.purchaseInfo["bid"], originals: [original].compactMap { $0 })
+        case nil:
+            return nil
+        }
+    }
+
+    /// Asks Apple about one receipt, unless the local decode already shows it cannot count, and
+    /// holds the answer to the app's bundle ids and to what PostgreSQL can store.
+    private func verify(_ receipt: StoredReceipt, local: LocalReceipt?, accountId: String,
+                        counts: inout AccountOutcomeCounts) async -> VerificationOutcome {
+        let expected = options.bundleIds.isEmpty ? Set([receipt.bundleId].compactMap { $0 }.filter { !$0.isEmpty }) : options.bundleIds
+        func foreign(_ bundle: String, source: String) -> VerificationOutcome.Result? {
+            guard !expected.isEmpty, !expected.contains(bundle) else { return nil }
+            let shown = StorableValues.problem(text: bundle, field: "") == nil ? bundle : "a bundle id with a NUL byte"
+            let reason = "\(source) names the bundle \(shown), not this app's (\(expected.sorted().joined(separator: ", ")))"
+            counts.bundleMismatches.append("account \(accountId), receipt \(receipt.id): \(reason)")
+            return .foreignBundle(reason: reason)
+        }
+        var outcome = VerificationOutcome(result: .deferred(reason: "not attempted"), environment: receipt.environment)
+        if let bundle = local?.bundleId, let result = foreign(bundle, source: "the receipt") {
+            outcome.result = result
+            return outcome
+        }
+        if let local, let problem = StorableValues.problem(in: local) {
+            outcome.result = .failed(status: nil, reason: "the receipt's local decode cannot be stored: \(problem)")
+            return outcome
+        }
+        outcome = await client.verify(receipt: receipt.latestReceipt, knownEnvironment: receipt.environment)
+        guard case .verified(let response) = outcome.result else { return outcome }
+        if let bundle = response.receipt?.bundleId, let result = foreign(bundle, source: "Apple's answer") {
+            outcome.result = result
+        } else if let problem = StorableValues.problem(in: response) {
+            outcome.result = .failed(status: outcome.finalStatus, reason: "Apple's answer cannot be stored: \(problem)")
+        }
+        return outcome
+    }
+}
+
+/// Many 21004 answers in a row mean the shared secret is wrong: the run stops (exit 2) instead
+/// of failing every receipt. Counted across the run's concurrent accounts.
+final class SharedSecretGuard: Sendable {
+    private let state = Locked((consecutive: 0, total: 0))
+    /// Consecutive 21004 answers that stop the run.
+    let limit: Int
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    func note(_ status: Int?) {
+        guard let status else { return }
+        state.withLock { state in
+            if status == 21004 {
+                state.consecutive += 1
+                state.total += 1
+            } else {
+                state.consecutive = 0
+            }
+        }
+    }
+
+    /// True once the limit is reached in a row; or when a small run saw nothing but 21004 (three at least).
+    func hasRejected(accountsVerified: Int) -> Bool {
+        state.withLock { $0.consecutive >= limit || ($0.total >= 3 && accountsVerified == 0) }
+    }
+
+    var isTripped: Bool { state.withLock { $0.consecutive >= limit } }
+    var total: Int { state.withLock { $0.total } }
+}
