@@ -9,6 +9,10 @@ import Locking
 /// answer through a continuation, so no blocking call ever runs on Swift's cooperative pool.
 /// TLS peer and host verification are always on: there is no switch to turn them off.
 ///
+/// Lifetime: the loop thread holds the client until `shutdown()`, which every owner must call
+/// (once is enough; later calls return at once). A client never shut down keeps its thread and
+/// sockets; `deinit` can only run after the loop ended, and checks that it did.
+///
 /// `Sendable`: the multi handle is only used on the loop thread (`curl_multi_wakeup`, which
 /// libcurl documents as callable from any thread, excepted); the queue shared with callers is
 /// behind a `Locked`.
@@ -38,10 +42,15 @@ public final class HTTPClient: Sendable {
 
     public init(configuration: Configuration = Configuration()) {
         HTTPClient.initializeLibcurlOnce()
-        multi = curl_multi_init()
-        _ = rr_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.maximumConnectionsPerHost)
-        _ = rr_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, configuration.maximumConnectionsPerHost)
-        _ = rr_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
+        guard let multi = curl_multi_init() else { preconditionFailure("curl_multi_init failed: out of memory") }
+        self.multi = multi
+        // Constants of this program: a failure is a libcurl too old for it, not a runtime condition.
+        for (option, value) in [(CURLMOPT_MAX_HOST_CONNECTIONS, configuration.maximumConnectionsPerHost),
+                                (CURLMOPT_MAXCONNECTS, configuration.maximumConnectionsPerHost),
+                                (CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))] {
+            let code = rr_curl_multi_setopt_long(multi, option, value)
+            precondition(code == CURLM_OK, "curl_multi_setopt(\(option.rawValue)) failed: \(String(cString: curl_multi_strerror(code)))")
+        }
         let preferMultiplexing = configuration.preferMultiplexing
         let thread = Thread { [self] in
             Thread.current.name = "curl-multi"
@@ -52,7 +61,7 @@ public final class HTTPClient: Sendable {
     }
 
     deinit {
-        shutdown()
+        precondition(state.withLock { $0.isShuttingDown }, "an HTTPClient must be shut down before it is released")
         curl_multi_cleanup(multi)
     }
 
@@ -87,6 +96,8 @@ public final class HTTPClient: Sendable {
                 }
             }
         } onCancel: {
+            // Marked first: a cancellation that overtakes the submission is honoured when it starts.
+            transfer.isCancelled.withLock { $0 = true }
             state.withLock { $0.cancelled.append(transfer) }
             curl_multi_wakeup(multi)
         }
@@ -114,13 +125,23 @@ public final class HTTPClient: Sendable {
                 return (state.submitted, state.cancelled, state.isShuttingDown)
             }
             for transfer in submitted {
+                guard !transfer.isCancelled.withLock({ $0 }) else {
+                    transfer.finish(.failure(HTTPError(kind: .cancelled, message: "the request was cancelled")))
+                    continue
+                }
+                let easy: UnsafeMutableRawPointer
                 do {
-                    let easy = try transfer.start(preferMultiplexing: preferMultiplexing)
-                    active[easy] = transfer
-                    curl_multi_add_handle(multi, easy)
+                    easy = try transfer.start(preferMultiplexing: preferMultiplexing)
                 } catch {
                     transfer.finish(.failure(error))
+                    continue
                 }
+                let code = curl_multi_add_handle(multi, easy)
+                guard code == CURLM_OK else {
+                    transfer.finish(.failure(HTTPError(kind: .other, message: "curl_multi_add_handle: \(String(cString: curl_multi_strerror(code)))")))
+                    continue
+                }
+                active[easy] = transfer
             }
             for transfer in cancelled {
                 guard let easy = transfer.easy, active.removeValue(forKey: easy) != nil else { continue }
@@ -143,7 +164,16 @@ public final class HTTPClient: Sendable {
             }
 
             var running: Int32 = 0
-            curl_multi_perform(multi, &running)
+            let performed = curl_multi_perform(multi, &running)
+            if performed != CURLM_OK {
+                // The multi handle itself failed (out of memory, a libcurl bug): no transfer can go on.
+                let error = HTTPError(kind: .other, message: "curl_multi_perform: \(String(cString: curl_multi_strerror(performed)))")
+                for (easy, transfer) in active {
+                    curl_multi_remove_handle(multi, easy)
+                    transfer.finish(.failure(error))
+                }
+                active.removeAll()
+            }
             var remaining: Int32 = 0
             while let message = curl_multi_info_read(multi, &remaining) {
                 guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
@@ -164,6 +194,8 @@ public final class HTTPClient: Sendable {
 /// touches it until `finish` resumes the continuation exactly once.
 final class Transfer: @unchecked Sendable {
     let request: HTTPRequest
+    /// Set by the caller's cancellation handler, read by the loop thread before it starts the transfer.
+    let isCancelled = Locked(false)
     var continuation: CheckedContinuation<Result<HTTPResponse, HTTPError>, Never>?
     private(set) var easy: UnsafeMutableRawPointer?
     private var headerList: UnsafeMutablePointer<curl_slist>?

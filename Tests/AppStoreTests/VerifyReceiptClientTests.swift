@@ -385,3 +385,44 @@ import TestSupport
         #expect(gate.pauses == 1)
     }
 }
+
+/// The HTTP client's lifetime and cancellation, against the simulator over loopback.
+@Suite struct HTTPClientCancellationTests {
+    /// A task cancelled while its request is being handed to the loop thread (before the
+    /// transfer starts, or just after) gets `cancelled` at once, never an answer after the
+    /// request's whole timeout.
+    @Test func cancelledRequestsEndAtOnceWhenEverTheCancellationArrives() async throws {
+        let simulator = try SimulatorProcess(scenario: VerifyReceiptClientTests.scenario([
+            "hang": ["faults": [["delay_ms": 30_000]], "repeat_faults": true],
+        ]))
+        let client = HTTPClient()
+        defer { client.shutdown() }
+        let body = Array(#"{"receipt-data":"\#(receiptBlob("hang"))","password":"\#(VerifyReceiptClientTests.secret)"}"#.utf8)
+        let request = HTTPRequest(url: simulator.productionURL, method: "POST", headers: ["Content-Type: application/json"],
+                                  body: body, connectTimeout: .seconds(5), totalTimeout: .seconds(25))
+        let started = ContinuousClock.now
+        let kinds = await withTaskGroup(of: String.self) { group in
+            for index in 0..<100 {
+                let task = Task { () -> String in
+                    do {
+                        _ = try await client.execute(request)
+                        return "answered"
+                    } catch let error as HTTPError {
+                        return "\(error.kind)"
+                    } catch {
+                        return "\(error)"
+                    }
+                }
+                // Cancel at every moment of the hand-over: at once, after a yield, after a short wait.
+                if index % 3 == 1 { await Task.yield() }
+                if index % 3 == 2 { try? await Task.sleep(for: .milliseconds(5)) }
+                task.cancel()
+                group.addTask { await task.value }
+            }
+            return await group.reduce(into: [String]()) { $0.append($1) }
+        }
+        let elapsed = ContinuousClock.now - started
+        #expect(kinds.allSatisfy { $0 == "cancelled" }, "\(Set(kinds))")
+        #expect(elapsed < .seconds(20), "took \(elapsed): a cancellation was lost until the request timed out")
+    }
+}
