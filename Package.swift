@@ -22,7 +22,7 @@ let package = Package(
         // A lock the thread sanitizer understands, shared by the modules below.
         .target(name: "Locking"),
 
-        // Dates as text without Foundation's formatters, shared by the modules below.
+        // Dates as text, the one owner: every timestamp written or read, by hand (no DateFormatter).
         .target(name: "CivilCalendar"),
 
         // The only importer of libpq.
@@ -52,22 +52,22 @@ let package = Package(
         .target(name: "Reconciliation", dependencies: ["AppStoreModels", "CivilCalendar"]),
 
         // The SQL of a run: due accounts in keyset pages, batch writes, applying corrections.
-        .target(name: "Storage", dependencies: ["Postgres", "AppStoreModels", "Reconciliation"]),
+        .target(name: "Storage", dependencies: ["Postgres", "AppStoreModels", "Reconciliation", "CivilCalendar"]),
 
         // A run from start to report: the pipeline, safety limits, reports.
-        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "AppStoreModels", "Throttling", "Reconciliation", "Postgres", "Locking", logging]),
+        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "AppStoreModels", "Throttling", "Reconciliation", "CivilCalendar", "Postgres", "Locking", logging]),
 
         // The executable: commands, wiring, logging, exit codes.
         .executableTarget(
             name: "receipt-reconciler",
-            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppStoreModels", "AppleSimulator", "Reconciliation", "Storage", "Jobs", argumentParser, logging],
+            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppStoreModels", "AppleSimulator", "CivilCalendar", "Reconciliation", "Storage", "Jobs", argumentParser, logging],
             path: "Sources/ReceiptReconciler"
         ),
 
         .target(name: "TestSupport", dependencies: ["Postgres", "HTTP"], path: "Tests/TestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport"]),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "AppStoreModels", "Throttling", "HTTP", "TestSupport"]),
-        .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "TestSupport"]),
+        .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "CivilCalendar", "TestSupport"]),
         .testTarget(
             name: "JobsTests",
             dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "Reconciliation", "Postgres", "TestSupport", logging],

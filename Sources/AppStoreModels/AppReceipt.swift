@@ -222,58 +222,9 @@ public enum ReceiptDecoder {
         return parseReceiptDate(text)
     }
 
-    /// `YYYY-MM-DDThh:mm:ss` then `Z`, `+hhmm` or `+hh:mm` (optionally with a fraction), by hand:
-    /// a DateFormatter per date would cost more than the rest of the decode.
+    /// `YYYY-MM-DDThh:mm:ss` then `Z`, `+hhmm` or `+hh:mm` (optionally with a fraction).
     public static func parseReceiptDate(_ text: String) -> Date? {
-        let bytes = Array(text.utf8)
-        func number(_ start: Int, _ count: Int) -> Int? {
-            guard start + count <= bytes.count else { return nil }
-            var value = 0
-            for byte in bytes[start..<(start + count)] {
-                guard byte >= 48 && byte <= 57 else { return nil }
-                value = value * 10 + Int(byte - 48)
-            }
-            return value
-        }
-        guard bytes.count >= 20, let year = number(0, 4), bytes[4] == 45, let month = number(5, 2), bytes[7] == 45,
-              let day = number(8, 2), bytes[10] == 84, let hour = number(11, 2), bytes[13] == 58, let minute = number(14, 2),
-              bytes[16] == 58, let second = number(17, 2), (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60,
-              second < 61
-        else { return nil }
-        var index = 19
-        var fraction = 0.0
-        if index < bytes.count, bytes[index] == 46 {
-            index += 1
-            var scale = 0.1
-            while index < bytes.count, bytes[index] >= 48 && bytes[index] <= 57 {
-                fraction += Double(bytes[index] - 48) * scale
-                scale /= 10
-                index += 1
-            }
-        }
-        guard index < bytes.count else { return nil }
-        var offset = 0
-        if bytes[index] == 90 {
-            guard index + 1 == bytes.count else { return nil }
-        } else if bytes[index] == 43 || bytes[index] == 45 {
-            let sign = bytes[index] == 45 ? -1 : 1
-            let rest = bytes.count - index - 1
-            guard let hours = number(index + 1, 2) else { return nil }
-            let minutes: Int?
-            switch rest {
-            case 4: minutes = number(index + 3, 2)
-            case 5 where bytes[index + 3] == 58: minutes = number(index + 4, 2)
-            case 2: minutes = 0
-            default: minutes = nil
-            }
-            guard let minutes else { return nil }
-            offset = sign * (hours * 3600 + minutes * 60)
-        } else {
-            return nil
-        }
-        let days = Int(CivilCalendar.days(year: Int64(year), month: Int64(month), day: Int64(day)))
-        let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset
-        return Date(timeIntervalSince1970: Double(seconds) + fraction)
+        Timestamp.parse(text)
     }
 }
 

@@ -1,3 +1,4 @@
+import CivilCalendar
 import Foundation
 
 /// One value of an answer, kept as its bytes until read: Apple's JSON as it really comes.
@@ -238,10 +239,6 @@ enum AppleDisplayDate {
         let parts = text.split(separator: " ")
         guard parts.count >= 2 else { return nil }
         if parts.count == 3, parts[2] != "Etc/GMT", parts[2] != "GMT", parts[2] != "UTC" { return nil }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
-        return formatter.date(from: "\(parts[0]) \(parts[1])")
+        return Timestamp.parse("\(parts[0]) \(parts[1])", [.spaceSeparator, .missingZoneIsUTC])
     }
 }

@@ -1,3 +1,4 @@
+import CivilCalendar
 import Foundation
 import Reconciliation
 import Storage
@@ -17,7 +18,7 @@ public enum RunReport {
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .custom { date, encoder in
             var container = encoder.singleValueContainer()
-            try container.encode(ReportDate.timestamp(date))
+            try container.encode(Timestamp.format(date))
         }
         var object = (try? JSONSerialization.jsonObject(with: encoder.encode(summary))) as? [String: Any] ?? [:]
         object["outcomes"] = Dictionary(uniqueKeysWithValues: accountsByOutcome(summary))
@@ -65,8 +66,8 @@ public enum RunReport {
 
             - Kind: \(summary.kind.rawValue)\(summary.isDryRun ? " (dry run: nothing applied)" : "")
             - Status: **\(summary.status.rawValue)**
-            - Started: \(ReportDate.timestamp(summary.startedAt))
-            - Finished: \(summary.finishedAt.map(ReportDate.timestamp) ?? "-")
+            - Started: \(Timestamp.format(summary.startedAt))
+            - Finished: \(summary.finishedAt.map { Timestamp.format($0) } ?? "-")
             - Shard: \(summary.shard ?? "all accounts")
 
             ## Accounts by outcome
@@ -192,7 +193,7 @@ public enum RunReport {
 
     public static func correctionFields(_ record: CorrectionRecord) -> [String?] {
         [String(record.id), record.accountId, record.productId, record.kind, record.reason, record.status,
-         record.appliedAt.map(ReportDate.timestamp), record.beforeState, record.afterState, record.beforeExpiresAt,
-         record.afterExpiresAt, record.environment]
+         record.appliedAt.map { Timestamp.format($0) }, record.beforeState, record.afterState,
+         record.beforeExpiresAt.map { Timestamp.format($0) }, record.afterExpiresAt.map { Timestamp.format($0) }, record.environment]
     }
 }

@@ -120,132 +120,19 @@ extension Date: PostgresCodable {
     public static var postgresType: PostgresType { .timestamptz }
 
     public var postgresText: String {
-        let micros = Int64((timeIntervalSince1970 * 1_000_000).rounded())
-        return PostgresTimestamp.format(microsecondsSince1970: micros)
+        Timestamp.format(self, .microseconds)
     }
 
     public func appendPostgresText(to bytes: inout [UInt8]) {
-        PostgresTimestamp.append(microsecondsSince1970: Int64((timeIntervalSince1970 * 1_000_000).rounded()), to: &bytes)
+        Timestamp.append(microseconds: Timestamp.microseconds(self), .microseconds, to: &bytes)
     }
 
     public static func decode(text: Substring, type: PostgresType) throws(PostgresDecodingFailure) -> Date {
         guard type == .timestamptz || type == .timestamp else { throw .unexpected(type, for: Date.self) }
-        guard let micros = PostgresTimestamp.parse(text) else {
+        guard let micros = Timestamp.parseMicroseconds(text, .spaceSeparator) else {
             throw PostgresDecodingFailure("not a finite ISO timestamp")
         }
         return Date(timeIntervalSince1970: Double(micros) / 1_000_000)
-    }
-}
-
-/// PostgreSQL's timestamp text with microseconds, both ways.
-public enum PostgresTimestamp {
-    /// `2026-11-22T07:12:00.123456Z`.
-    public static func format(microsecondsSince1970 micros: Int64) -> String {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(32)
-        append(microsecondsSince1970: micros, to: &bytes)
-        return String(decoding: bytes, as: UTF8.self)
-    }
-
-    /// `format`, appended to `bytes`: written digit by digit, since batches write hundreds of
-    /// thousands of timestamps, with no `String` in between for the years 1-9999.
-    public static func append(microsecondsSince1970 micros: Int64, to bytes: inout [UInt8]) {
-        let (days, microOfDay) = micros.floorDividedAndModulo(by: 86_400_000_000)
-        let (year, month, day) = CivilCalendar.date(days: days)
-        let seconds = microOfDay / 1_000_000
-        let fraction = microOfDay % 1_000_000
-        guard year > 0 && year <= 9999 else {
-            // Year 0 is 1 BC to PostgreSQL, which counts no year zero.
-            var timeBytes = [UInt8](repeating: 0, count: 15)
-            putTime(seconds, fraction, into: &timeBytes, at: 0)
-            let time = String(decoding: timeBytes, as: UTF8.self)
-            func pad(_ value: Int64, _ width: Int) -> String {
-                let digits = String(value)
-                return String(repeating: "0", count: max(0, width - digits.count)) + digits
-            }
-            let text = year <= 0 ? "\(pad(1 - year, 4))-\(pad(month, 2))-\(pad(day, 2)) \(time)+00 BC"
-                : "\(year)-\(pad(month, 2))-\(pad(day, 2))T\(time)Z"
-            bytes.append(contentsOf: text.utf8)
-            return
-        }
-        let start = bytes.count
-        bytes.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: 27))
-        CivilCalendar.putDigits(year, width: 4, into: &bytes, at: start)
-        bytes[start + 4] = UInt8(ascii: "-")
-        CivilCalendar.putDigits(month, width: 2, into: &bytes, at: start + 5)
-        bytes[start + 7] = UInt8(ascii: "-")
-        CivilCalendar.putDigits(day, width: 2, into: &bytes, at: start + 8)
-        bytes[start + 10] = UInt8(ascii: "T")
-        putTime(seconds, fraction, into: &bytes, at: start + 11)
-        bytes[start + 26] = UInt8(ascii: "Z")
-    }
-
-    /// `HH:MM:SS.ffffff` into `bytes` at `start`.
-    private static func putTime(_ seconds: Int64, _ fraction: Int64, into bytes: inout [UInt8], at start: Int) {
-        CivilCalendar.putDigits(seconds / 3600, width: 2, into: &bytes, at: start)
-        bytes[start + 2] = UInt8(ascii: ":")
-        CivilCalendar.putDigits(seconds / 60 % 60, width: 2, into: &bytes, at: start + 3)
-        bytes[start + 5] = UInt8(ascii: ":")
-        CivilCalendar.putDigits(seconds % 60, width: 2, into: &bytes, at: start + 6)
-        bytes[start + 8] = UInt8(ascii: ".")
-        CivilCalendar.putDigits(fraction, width: 6, into: &bytes, at: start + 9)
-    }
-
-    /// Parses `YYYY-MM-DD[ T]HH:MM:SS[.ffffff][+HH[:MM[:SS]]|Z]`; nil for anything else (including infinity and BC).
-    public static func parse(_ text: Substring) -> Int64? {
-        var bytes = text.utf8[...]
-        func number(_ width: Int) -> Int64? {
-            guard bytes.count >= width else { return nil }
-            var value: Int64 = 0
-            for _ in 0..<width {
-                let byte = bytes.removeFirst()
-                guard byte >= 48 && byte <= 57 else { return nil }
-                value = value * 10 + Int64(byte - 48)
-            }
-            return value
-        }
-        func expect(_ characters: Set<UInt8>) -> Bool {
-            guard let byte = bytes.first, characters.contains(byte) else { return false }
-            bytes.removeFirst()
-            return true
-        }
-        guard let year = number(4), expect([45]), let month = number(2), expect([45]), let day = number(2),
-              expect([32, 84]), let hour = number(2), expect([58]), let minute = number(2), expect([58]),
-              let second = number(2)
-        else { return nil }
-        var micros: Int64 = 0
-        if expect([46]) {
-            var scale: Int64 = 100_000
-            while let byte = bytes.first, byte >= 48 && byte <= 57 {
-                bytes.removeFirst()
-                micros += Int64(byte - 48) * scale
-                scale /= 10
-            }
-        }
-        var offsetSeconds: Int64 = 0
-        if expect([90]) {
-            offsetSeconds = 0
-        } else if let sign = bytes.first, sign == 43 || sign == 45 {
-            bytes.removeFirst()
-            guard let hours = number(2) else { return nil }
-            var total = hours * 3600
-            if expect([58]) { guard let minutes = number(2) else { return nil }; total += minutes * 60 }
-            if expect([58]) { guard let seconds = number(2) else { return nil }; total += seconds }
-            offsetSeconds = sign == 45 ? -total : total
-        }
-        guard bytes.isEmpty, (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
-        else { return nil }
-        let days = CivilCalendar.days(year: year, month: month, day: day)
-        let secondsOfDay = hour * 3600 + minute * 60 + second - offsetSeconds
-        return (days * 86_400 + secondsOfDay) * 1_000_000 + micros
-    }
-
-}
-
-extension Int64 {
-    fileprivate func floorDividedAndModulo(by divisor: Int64) -> (Int64, Int64) {
-        let quotient = self >= 0 ? self / divisor : (self - divisor + 1) / divisor
-        return (quotient, self - quotient * divisor)
     }
 }
 

@@ -1,3 +1,4 @@
+import CivilCalendar
 import AppStoreModels
 import ArgumentParser
 import Foundation
@@ -45,7 +46,7 @@ struct InspectCommand: ParsableCommand {
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .custom { date, encoder in
             var container = encoder.singleValueContainer()
-            try container.encode(ReportDate.timestamp(date))
+            try container.encode(Timestamp.format(date))
         }
         let data: Data?
         switch decoded {
@@ -57,7 +58,7 @@ struct InspectCommand: ParsableCommand {
     }
 
     static func table(_ decoded: DecodedReceipt) -> String {
-        func day(_ date: Date?) -> String { date.map(ReportDate.timestamp) ?? "-" }
+        func day(_ date: Date?) -> String { date.map { Timestamp.format($0) } ?? "-" }
         switch decoded {
         case .legacyTransactionReceipt(let legacy):
             var text = "iOS 6 transaction receipt (not an app receipt)\n  environment: \(legacy.environment ?? "-")\n"

@@ -1,4 +1,5 @@
 import AppStore
+import CivilCalendar
 import ArgumentParser
 import Dispatch
 import Foundation
@@ -100,10 +101,7 @@ struct BackfillCommand: AsyncParsableCommand {
 
 /// `2026-11-01`, `2026-11-01T10:00:00Z`, or with a fraction or offset; dates are UTC midnight.
 func parseTime(_ text: String) -> Date? {
-    if text.count == 10, let date = ReportDate.parse(text + "T00:00:00Z") { return date }
-    if let date = ReportDate.parse(text) { return date }
-    let formatter = ISO8601DateFormatter()
-    return formatter.date(from: text)
+    Timestamp.parse(text.count == 10 ? text + "T00:00:00Z" : text)
 }
 
 /// Raises the soft limit on open files to the hard one: a run at --concurrency 1000 holds a

@@ -1,3 +1,4 @@
+import CivilCalendar
 import Foundation
 import Logging
 
@@ -16,7 +17,7 @@ struct StandardErrorLogHandler: LogHandler {
     func log(event: LogEvent) {
         var merged = self.metadata
         if let extra = event.metadata { merged.merge(extra) { $1 } }
-        let time = Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted))
+        let time = Timestamp.format(Date())
         let line: String
         switch format {
         case .text:

@@ -111,7 +111,7 @@ public struct EntitlementDiff: Sendable {
     static func reason(
         kind: Correction.Kind, before: Entitlement?, after: Entitlement, cancellationReasons: [String: Int] = [:]
     ) -> String {
-        let day = ReportDate.day
+        let day = Timestamp.day
         switch after.state {
         case .refunded:
             let when = after.refundedAt.map { " on \(day($0))" } ?? ""
@@ -162,36 +162,5 @@ public struct EntitlementDiff: Sendable {
         if before.ownershipType != after.ownershipType { fields.append("ownership_type") }
         if before.refundedAt != after.refundedAt { fields.append("refunded_at") }
         return fields
-    }
-}
-
-/// Dates as reports write them.
-public enum ReportDate {
-    /// `2026-11-02` (UTC).
-    public static func day(_ date: Date) -> String {
-        String(timestamp(date).prefix(10))
-    }
-
-    /// `2026-11-02T10:00:00.000Z`: ISO 8601 in UTC with milliseconds, as finance and PostgreSQL read it.
-    public static func timestamp(_ date: Date) -> String {
-        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded())
-        let seconds = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
-        let fraction = milliseconds - seconds * 1000
-        let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
-        let secondOfDay = seconds - days * 86_400
-        let (year, month, day) = CivilCalendar.date(days: days)
-        func pad(_ value: Int64, _ width: Int) -> String {
-            let text = String(value)
-            return String(repeating: "0", count: max(0, width - text.count)) + text
-        }
-        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(secondOfDay / 3600, 2)):\(pad(secondOfDay / 60 % 60, 2)):"
-            + "\(pad(secondOfDay % 60, 2)).\(pad(fraction, 3))Z"
-    }
-
-    /// Parses what `timestamp` writes (and the same without milliseconds).
-    public static func parse(_ text: String) -> Date? {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = text.contains(".") ? [.withInternetDateTime, .withFractionalSeconds] : [.withInternetDateTime]
-        return formatter.date(from: text)
     }
 }

@@ -1,3 +1,4 @@
+import CivilCalendar
 import Foundation
 import Postgres
 import Reconciliation
@@ -10,7 +11,7 @@ enum EntitlementJSON {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in
             let text = try decoder.singleValueContainer().decode(String.self)
-            guard let micros = PostgresTimestamp.parse(text[...]) else {
+            guard let micros = Timestamp.parseMicroseconds(text[...], .spaceSeparator) else {
                 throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a timestamp"))
             }
             return Date(timeIntervalSince1970: Double(micros) / 1_000_000)

@@ -1,3 +1,4 @@
+import CivilCalendar
 import Foundation
 import Postgres
 import Reconciliation
@@ -61,7 +62,7 @@ public enum FinanceExport {
     }
 
     static func fields(_ row: PostgresRow) throws -> [String?] {
-        func time(_ column: String) throws -> String? { try row.decode(column, as: Date?.self).map(ReportDate.timestamp) }
+        func time(_ column: String) throws -> String? { try row.decode(column, as: Date?.self).map { Timestamp.format($0) } }
         func flag(_ column: String) throws -> String? { try row.decode(column, as: Bool?.self).map { $0 ? "true" : "false" } }
         func text(_ column: String) throws -> String? { try row.decode(column, as: String?.self) }
         return [

@@ -120,7 +120,7 @@ extension ReconciliationStore {
         try await connection.withCursor("""
             SELECT id, account_id, product_id, kind, reason, status, applied_at,
                    before->>'state' AS before_state, after->>'state' AS after_state,
-                   before->>'expires_at' AS before_expires_at, after->>'expires_at' AS after_expires_at,
+                   (before->>'expires_at')::timestamptz AS before_expires_at, (after->>'expires_at')::timestamptz AS after_expires_at,
                    after->>'environment' AS environment
             FROM iap.corrections WHERE run_id = \(runId) ORDER BY id
             """, fetchSize: 5_000) { cursor in
@@ -149,8 +149,8 @@ public struct CorrectionRecord: Sendable {
     public var appliedAt: Date?
     public var beforeState: String?
     public var afterState: String?
-    public var beforeExpiresAt: String?
-    public var afterExpiresAt: String?
+    public var beforeExpiresAt: Date?
+    public var afterExpiresAt: Date?
     public var environment: String?
 }
 

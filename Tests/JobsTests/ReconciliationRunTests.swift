@@ -308,3 +308,39 @@ import TestSupport
         }
     }
 }
+
+/// Every output writes a timestamp one way: ISO 8601, UTC, milliseconds, `Z` (issue 16; the
+/// expiry columns of corrections.csv used to have microseconds beside `applied_at`'s milliseconds).
+@Suite struct TimestampOutputTests {
+    static func isPinned(_ text: String) -> Bool {
+        text.wholeMatch(of: /\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/) != nil
+    }
+
+    @Test func reportsAndLogsWriteOneFormat() async throws {
+        try await RunWorld.with("timestamps") { world in
+            try await OperationsTests.populate(world, count: 4)
+            let environment = OperationsTests.environment(world)
+            let report = world.reportRoot.appending(path: "pinned")
+            let result = try await CLIProcess.run(["run", "--report-dir", report.path], environment: environment)
+            #expect(result.status == 0, "\(result.stderr)")
+            // Logs: the first field of every line.
+            for line in result.stderr.split(separator: "\n") {
+                #expect(Self.isPinned(String(line.split(separator: " ")[0])), "\(line)")
+            }
+            // corrections.csv: applied_at, before_expires_at, after_expires_at.
+            let rows = try String(contentsOf: report.appending(path: "corrections.csv"), encoding: .utf8).split(separator: "\r\n").dropFirst()
+            #expect(rows.count == 4)
+            for row in rows {
+                let cells = row.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+                for cell in [cells[6], cells[10]] + (cells[9].isEmpty ? [] : [cells[9]]) {
+                    #expect(Self.isPinned(cell), "\(cell) in \(row)")
+                }
+            }
+            // summary.json: started_at and finished_at.
+            let summary = try JSONSerialization.jsonObject(with: Data(contentsOf: report.appending(path: "summary.json"))) as? [String: Any]
+            for key in ["startedAt", "finishedAt"] {
+                #expect((summary?[key] as? String).map(Self.isPinned) == true, "\(key): \(summary?[key] ?? "none")")
+            }
+        }
+    }
+}
