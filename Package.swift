@@ -48,19 +48,22 @@ let package = Package(
         // The local verifyReceipt simulator that the demo, the tests and the benchmark talk to.
         .target(name: "AppleSimulator", dependencies: ["CivilCalendar", "Locking"]),
 
-        // Entitlement rules, the diff and reports: pure functions, no I/O.
+        // Entitlement rules, the diff, and the reports' content and rows: pure functions, no I/O.
         .target(name: "Reconciliation", dependencies: ["AppStoreModels", "CivilCalendar"]),
+
+        // Report and export files: written aside and renamed into place whole, failures named.
+        .target(name: "ReportOutput"),
 
         // The SQL of a run: due accounts in keyset pages, batch writes, applying corrections.
         .target(name: "Storage", dependencies: ["Postgres", "AppStoreModels", "Reconciliation", "CivilCalendar"]),
 
         // A run from start to report: the pipeline, safety limits, reports.
-        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "AppStoreModels", "Throttling", "Reconciliation", "CivilCalendar", "Postgres", "Locking", logging]),
+        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "AppStoreModels", "Throttling", "Reconciliation", "ReportOutput", "CivilCalendar", "Postgres", "Locking", logging]),
 
         // The executable: commands, wiring, logging, exit codes.
         .executableTarget(
             name: "receipt-reconciler",
-            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppStoreModels", "AppleSimulator", "CivilCalendar", "Reconciliation", "Storage", "Jobs", argumentParser, logging],
+            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppStoreModels", "AppleSimulator", "CivilCalendar", "ReportOutput", "Reconciliation", "Storage", "Jobs", argumentParser, logging],
             path: "Sources/ReceiptReconciler"
         ),
 

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
 import Postgres
-import Jobs
+import ReportOutput
 import Storage
 
 struct ExportFinanceCommand: AsyncParsableCommand {

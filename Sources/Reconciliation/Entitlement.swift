@@ -66,7 +66,7 @@ public enum EntitlementState: String, Sendable, Codable, CaseIterable {
 }
 
 /// One row of `iap.entitlements`, without its bookkeeping `updated_at`.
-public struct Entitlement: Sendable, Equatable, Codable {
+public struct Entitlement: Sendable, Equatable {
     public var accountId: String
     public var productId: String
     public var originalTransactionId: String
@@ -101,48 +101,5 @@ public struct Entitlement: Sendable, Equatable, Codable {
         self.environment = environment
         self.ownershipType = ownershipType
         self.refundedAt = refundedAt
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case accountId = "account_id", productId = "product_id", originalTransactionId = "original_transaction_id"
-        case latestTransactionId = "latest_transaction_id", state, entitled, expiresAt = "expires_at"
-        case gracePeriodExpiresAt = "grace_period_expires_at", autoRenew = "auto_renew"
-        case autoRenewProductId = "auto_renew_product_id", environment, ownershipType = "ownership_type"
-        case refundedAt = "refunded_at"
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        accountId = try container.decode(String.self, forKey: .accountId)
-        productId = try container.decode(String.self, forKey: .productId)
-        originalTransactionId = try container.decode(String.self, forKey: .originalTransactionId)
-        latestTransactionId = try container.decodeIfPresent(String.self, forKey: .latestTransactionId)
-        state = try container.decode(EntitlementState.self, forKey: .state)
-        expiresAt = try container.decodeIfPresent(Date.self, forKey: .expiresAt)
-        gracePeriodExpiresAt = try container.decodeIfPresent(Date.self, forKey: .gracePeriodExpiresAt)
-        autoRenew = try container.decodeIfPresent(Bool.self, forKey: .autoRenew)
-        autoRenewProductId = try container.decodeIfPresent(String.self, forKey: .autoRenewProductId)
-        environment = try container.decodeIfPresent(String.self, forKey: .environment)
-        ownershipType = try container.decodeIfPresent(String.self, forKey: .ownershipType)
-        refundedAt = try container.decodeIfPresent(Date.self, forKey: .refundedAt)
-    }
-
-    /// Encodes every column (nulls included) with `entitled`, so `jsonb_populate_record` can
-    /// rebuild the row from a correction's `after`.
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(accountId, forKey: .accountId)
-        try container.encode(productId, forKey: .productId)
-        try container.encode(originalTransactionId, forKey: .originalTransactionId)
-        try container.encode(latestTransactionId, forKey: .latestTransactionId)
-        try container.encode(state, forKey: .state)
-        try container.encode(entitled, forKey: .entitled)
-        try container.encode(expiresAt, forKey: .expiresAt)
-        try container.encode(gracePeriodExpiresAt, forKey: .gracePeriodExpiresAt)
-        try container.encode(autoRenew, forKey: .autoRenew)
-        try container.encode(autoRenewProductId, forKey: .autoRenewProductId)
-        try container.encode(environment, forKey: .environment)
-        try container.encode(ownershipType, forKey: .ownershipType)
-        try container.encode(refundedAt, forKey: .refundedAt)
     }
 }

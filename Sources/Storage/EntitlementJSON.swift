@@ -79,6 +79,35 @@ enum EntitlementJSON {
 
     static func decode(_ json: String?) throws -> Entitlement? {
         guard let json else { return nil }
-        return try decoder.decode(Entitlement.self, from: Data(json.utf8))
+        return try decoder.decode(Row.self, from: Data(json.utf8)).entitlement
+    }
+
+    /// The JSON's keys are the table's columns: they belong here, not to the domain's `Entitlement`.
+    private struct Row: Decodable {
+        var entitlement: Entitlement
+
+        enum CodingKeys: String, CodingKey {
+            case accountId = "account_id", productId = "product_id", originalTransactionId = "original_transaction_id"
+            case latestTransactionId = "latest_transaction_id", state, expiresAt = "expires_at"
+            case gracePeriodExpiresAt = "grace_period_expires_at", autoRenew = "auto_renew"
+            case autoRenewProductId = "auto_renew_product_id", environment, ownershipType = "ownership_type"
+            case refundedAt = "refunded_at"
+        }
+
+        init(from decoder: any Decoder) throws {
+            let row = try decoder.container(keyedBy: CodingKeys.self)
+            entitlement = Entitlement(
+                accountId: try row.decode(String.self, forKey: .accountId), productId: try row.decode(String.self, forKey: .productId),
+                originalTransactionId: try row.decode(String.self, forKey: .originalTransactionId),
+                latestTransactionId: try row.decodeIfPresent(String.self, forKey: .latestTransactionId),
+                state: try row.decode(EntitlementState.self, forKey: .state),
+                expiresAt: try row.decodeIfPresent(Date.self, forKey: .expiresAt),
+                gracePeriodExpiresAt: try row.decodeIfPresent(Date.self, forKey: .gracePeriodExpiresAt),
+                autoRenew: try row.decodeIfPresent(Bool.self, forKey: .autoRenew),
+                autoRenewProductId: try row.decodeIfPresent(String.self, forKey: .autoRenewProductId),
+                environment: try row.decodeIfPresent(String.self, forKey: .environment),
+                ownershipType: try row.decodeIfPresent(String.self, forKey: .ownershipType),
+                refundedAt: try row.decodeIfPresent(Date.self, forKey: .refundedAt))
+        }
     }
 }

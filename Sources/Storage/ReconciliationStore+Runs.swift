@@ -138,22 +138,6 @@ extension ReconciliationStore {
     }
 }
 
-/// One correction as reports list it.
-public struct CorrectionRecord: Sendable {
-    public var id: Int64
-    public var accountId: String
-    public var productId: String
-    public var kind: String
-    public var reason: String
-    public var status: String
-    public var appliedAt: Date?
-    public var beforeState: String?
-    public var afterState: String?
-    public var beforeExpiresAt: Date?
-    public var afterExpiresAt: Date?
-    public var environment: String?
-}
-
 extension ReconciliationStore {
     /// The summary a run stored, or nil when there is no such run.
     public func runSummary(runId: Int64) async throws -> RunSummary? {

@@ -1,7 +1,5 @@
 import CivilCalendar
 import Foundation
-import Reconciliation
-import Storage
 
 /// The report's words and numbers, rendered from a run's summary (pure).
 public enum RunReport {
@@ -13,18 +11,33 @@ public enum RunReport {
         answer for that member's receipt changes.
         """
 
-    public static func json(_ summary: RunSummary) -> String {
+    /// `summary.json`: every count of the summary, with the accounts by outcome and the blind
+    /// spots beside them, in one encoding pass.
+    public static func json(_ summary: RunSummary) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .custom { date, encoder in
             var container = encoder.singleValueContainer()
             try container.encode(Timestamp.format(date))
         }
-        var object = (try? JSONSerialization.jsonObject(with: encoder.encode(summary))) as? [String: Any] ?? [:]
-        object["outcomes"] = Dictionary(uniqueKeysWithValues: accountsByOutcome(summary))
-        object["polling_blind_spots"] = blindSpots
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])) ?? Data()
-        return String(decoding: data, as: UTF8.self) + "\n"
+        return String(decoding: try encoder.encode(SummaryDocument(summary: summary)), as: UTF8.self) + "\n"
+    }
+
+    /// The summary's own keys, and two more.
+    private struct SummaryDocument: Encodable {
+        var summary: RunSummary
+
+        enum Keys: String, CodingKey {
+            case outcomes
+            case pollingBlindSpots = "polling_blind_spots"
+        }
+
+        func encode(to encoder: any Encoder) throws {
+            try summary.encode(to: encoder)
+            var container = encoder.container(keyedBy: Keys.self)
+            try container.encode(Dictionary(uniqueKeysWithValues: RunReport.accountsByOutcome(summary)), forKey: .outcomes)
+            try container.encode(RunReport.blindSpots, forKey: .pollingBlindSpots)
+        }
     }
 
     /// The short summary printed on stdout at the end of a run.
