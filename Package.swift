@@ -22,6 +22,9 @@ let package = Package(
         // A lock the thread sanitizer understands, shared by the modules below.
         .target(name: "Locking"),
 
+        // FNV-1a, the one stable checksum (migrations, the ledger digest).
+        .target(name: "Hashing"),
+
         // Dates as text, the one owner: every timestamp written or read, by hand (no DateFormatter).
         .target(name: "CivilCalendar"),
 
@@ -33,7 +36,7 @@ let package = Package(
         // Migrations/*.sql embedded into the binary at build time, and the code that applies them.
         .executableTarget(name: "embed-migrations"),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-migrations"]),
-        .target(name: "SchemaMigrations", dependencies: ["Postgres", logging], plugins: ["EmbedMigrations"]),
+        .target(name: "SchemaMigrations", dependencies: ["Postgres", "Hashing", logging], plugins: ["EmbedMigrations"]),
 
         // Apple's data as values: the JSON models and their decoding, the local receipt decoder. No I/O,
         // no libcurl: the entitlement rules that read these cannot reach the network even by accident.
@@ -55,7 +58,7 @@ let package = Package(
         .target(name: "ReportOutput"),
 
         // The SQL of a run: due accounts in keyset pages, batch writes, applying corrections.
-        .target(name: "Storage", dependencies: ["Postgres", "AppStoreModels", "Reconciliation", "CivilCalendar"]),
+        .target(name: "Storage", dependencies: ["Postgres", "AppStoreModels", "Reconciliation", "CivilCalendar", "Hashing"]),
 
         // A run from start to report: the pipeline, safety limits, reports.
         .target(name: "Jobs", dependencies: ["Storage", "AppStore", "AppStoreModels", "Throttling", "Reconciliation", "ReportOutput", "CivilCalendar", "Postgres", "Locking", logging]),

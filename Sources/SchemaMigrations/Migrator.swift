@@ -1,4 +1,5 @@
 import Foundation
+import Hashing
 import Logging
 import Postgres
 
@@ -91,11 +92,7 @@ public struct Migrator: Sendable {
 }
 
 func fnv1a64(_ text: String) -> String {
-    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-    for byte in text.utf8 {
-        hash ^= UInt64(byte)
-        hash = hash &* 0x100_0000_01b3
-    }
-    let hex = String(hash, radix: 16)
-    return String(repeating: "0", count: 16 - hex.count) + hex
+    var hash = FNV1a()
+    hash.combine(text)
+    return hash.hex
 }

@@ -1,4 +1,5 @@
 import AppStoreModels
+import Hashing
 import Foundation
 import Postgres
 import Reconciliation
@@ -80,12 +81,10 @@ public struct LedgerEntry: Sendable {
     /// FNV-1a (64 bits) over every column the ledger upsert writes, in order: the same rows give
     /// the same digest in every process (Swift's `Hasher` is seeded per process, so it cannot serve).
     public static func digest(_ entries: [LedgerEntry]) -> Int64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        var hash = FNV1a()
         func mix(_ text: String?) {
-            if let text {
-                for byte in text.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
-            }
-            hash = (hash ^ (text == nil ? 0xFE : 0xFF)) &* 0x0000_0100_0000_01B3  // ends the field; nil differs from ""
+            if let text { hash.combine(text) }
+            hash.combine(text == nil ? 0xFE : 0xFF)  // ends the field; nil differs from ""
         }
         func mix(_ value: (some CustomStringConvertible)?) { mix(value.map(\.description)) }
         for entry in entries {
@@ -110,7 +109,7 @@ public struct LedgerEntry: Sendable {
             mix(transaction.promotionalOfferId)
             mix(transaction.inAppOwnershipType)
         }
-        return Int64(bitPattern: hash)
+        return Int64(bitPattern: hash.value)
     }
 }
 
