@@ -2,7 +2,8 @@
 /// (Swift's `Hasher` is seeded per process), for checksums the database keeps (migrations, the
 /// ledger digest). Not for anything an attacker chooses to collide.
 public struct FNV1a: Sendable {
-    public private(set) var value: UInt64 = 0xcbf2_9ce4_8422_2325
+    /// The hash so far.
+    public var value: UInt64 = 0xcbf2_9ce4_8422_2325
 
     public init() {}
 
@@ -10,8 +11,14 @@ public struct FNV1a: Sendable {
         value = (value ^ UInt64(byte)) &* 0x0000_0100_0000_01B3
     }
 
-    public mutating func combine(_ text: some StringProtocol) {
-        for byte in text.utf8 { combine(byte) }
+    /// A concrete `String`, over its contiguous bytes: the ledger digest hashes every field of
+    /// every row, and a generic `StringProtocol` walk (unspecialized across modules) cost 15 %
+    /// of a run's client CPU.
+    public mutating func combine(_ text: String) {
+        var text = text
+        text.withUTF8 { bytes in
+            for byte in bytes { value = (value ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
+        }
     }
 
     /// The value as 16 hexadecimal digits.

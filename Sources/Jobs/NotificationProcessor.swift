@@ -50,14 +50,14 @@ struct NotificationProcessor: Sendable {
             notification = try ServerNotification.decode(Array(pending.body.utf8))
         } catch {
             try await store.mark(pending.id, outcome: .invalid, processed: true, accountId: nil, runId: runId, now: now)
-            logger.warning("notification.invalid", metadata: ["notification.id": "\(pending.id)", "reason": "\(error)"])
+            logger.warning("notification.invalid", metadata: ["notification.id": "\(pending.id)", "notification.reason": "\(error)"])
             return ("(none)", .invalid, nil)
         }
         let type = notification.notificationType
         guard notification.passwordMatches(sharedSecret) else {
             try await store.mark(pending.id, outcome: .rejected, processed: true, accountId: nil, runId: runId, now: now)
             logger.warning("notification.rejected", metadata: [
-                "notification.id": "\(pending.id)", "notification.type": "\(type)", "reason": "the password is not the shared secret",
+                "notification.id": "\(pending.id)", "notification.type": "\(type)", "notification.reason": "the password is not the shared secret",
             ])
             return (type, .rejected, nil)
         }

@@ -41,8 +41,8 @@ final class ProgressReporter: Sendable {
             FileHandle.standardError.write(Data((line + "   ").utf8))
         } else {
             logger.info("run.progress", metadata: [
-                "accounts": "\(summary.accountsProcessed)", "accounts_per_second": "\(String(format: "%.1f", rate))",
-                "corrections": "\(summary.totalCorrections)", "apple.requests": "\(summary.appleRequests)",
+                "run.accounts": "\(summary.accountsProcessed)", "run.accounts_per_second": "\(String(format: "%.1f", rate))",
+                "run.corrections": "\(summary.totalCorrections)", "apple.requests": "\(summary.appleRequests)",
             ])
         }
     }

@@ -101,7 +101,7 @@ public final class ReconciliationRun: Sendable {
         try await Self.retryingLostConnections(logger: logger) {
             if try await RunLock.isHeld(connections.lock, shard: options.selection.shard) { return }
             guard try await RunLock.tryAcquire(connections.lock, shard: options.selection.shard) else { throw RunLockLost() }
-            logger.warning("run.lock_retaken", metadata: ["reason": "the connection holding the run lock was lost"])
+            logger.warning("run.lock_retaken", metadata: ["run.reason": "the connection holding the run lock was lost"])
         }
     }
 
@@ -129,7 +129,7 @@ public final class ReconciliationRun: Sendable {
                 summary.correctionsAdopted = try await writer.adoptInterruptedRuns(
                     runId: summary.runId, shard: options.selection.shard, now: now)
                 if summary.correctionsAdopted > 0 {
-                    logger.notice("run.adopted", metadata: ["corrections": "\(summary.correctionsAdopted)"])
+                    logger.notice("run.adopted", metadata: ["run.corrections": "\(summary.correctionsAdopted)"])
                 }
             }
             if !options.isDryRun && options.processesNotifications {
@@ -182,8 +182,8 @@ public final class ReconciliationRun: Sendable {
         }
         try writeMetrics(summary)
         logger.info("run.finished", metadata: [
-            "run.status": "\(summary.status.rawValue)", "accounts": "\(summary.accountsProcessed)",
-            "corrections": "\(summary.totalCorrections)", "applied": "\(summary.correctionsApplied)",
+            "run.status": "\(summary.status.rawValue)", "run.accounts": "\(summary.accountsProcessed)",
+            "run.corrections": "\(summary.totalCorrections)", "run.applied": "\(summary.correctionsApplied)",
             "apple.requests": "\(summary.appleRequests)",
         ])
         return (summary, ending)
@@ -220,7 +220,7 @@ public final class ReconciliationRun: Sendable {
         if accounts >= options.revokeRatioMinimumAccounts && ratio > options.maximumRevokeRatio {
             summary.error = String(format: "%d of %d accounts (%.1f%%) would lose an entitlement, over the --max-revoke-ratio of %.1f%%: nothing was applied; the planned corrections are kept for review",
                                    planned.revokedAccounts, accounts, ratio * 100, options.maximumRevokeRatio * 100)
-            logger.error("run.aborted", metadata: ["reason": "\(summary.error!)"])
+            logger.error("run.aborted", metadata: ["run.reason": "\(summary.error!)"])
             return .aborted
         }
         var after: Int64 = 0
@@ -249,7 +249,7 @@ public final class ReconciliationRun: Sendable {
             do {
                 return try await body()
             } catch let error as PostgresError where (error.isConnectionError || error.isTransactionConflict) && attempt < 8 {
-                logger.warning("database.retrying", metadata: ["attempt": "\(attempt)", "error": "\(error)"])
+                logger.warning("database.retrying", metadata: ["database.attempt": "\(attempt)", "error": "\(error)"])
                 try await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(15))
             }

@@ -49,7 +49,7 @@ struct ExportFinanceCommand: AsyncParsableCommand {
                     connection: connection, from: parseTime(from)!, to: parseTime(to)!, includeSandbox: includeSandbox,
                     write: sink.write)
                 try sink.commit()
-                logger.info("finance.exported", metadata: ["rows": "\(rows)", "output": "\(output ?? "stdout")"])
+                logger.info("finance.exported", metadata: ["finance.rows": "\(rows)", "finance.output": "\(output ?? "stdout")"])
             } catch {
                 sink.discard()
                 throw error

@@ -143,7 +143,7 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     // SIGTERM and SIGINT: stop taking accounts, finish what is in flight, commit, end `interrupted`.
     // Caught from here on; one before this ends the process, which is safe: nothing was written yet.
     let signals = catchStopSignals { number in
-        logger.notice("run.stopping", metadata: ["signal": "\(number == SIGTERM ? "SIGTERM" : "SIGINT")"])
+        logger.notice("run.stopping", metadata: ["run.signal": "\(number == SIGTERM ? "SIGTERM" : "SIGINT")"])
         run.requestStop()
     }
     defer { signals.forEach { $0.cancel() } }

@@ -14,7 +14,9 @@ public enum StorableValues {
 
     /// Why `text` cannot be stored in a `text` or `jsonb` column, if it cannot.
     public static func problem(text: String?, field: String) -> String? {
-        guard let text, text.utf8.contains(0) else { return nil }
+        guard var text else { return nil }
+        // Over the contiguous bytes: every field of every answer passes here.
+        guard text.withUTF8({ $0.contains(0) }) else { return nil }
         return "\(field) holds a NUL byte"
     }
 
@@ -26,46 +28,51 @@ public enum StorableValues {
     }
 
     /// The first value of Apple's answer that the ledger, the receipt row or a correction could
-    /// not store: every transaction, every renewal info and the environment.
+    /// not store: every transaction, every renewal info and the environment. Checked for every
+    /// answer, so nothing is allocated unless something is wrong.
     public static func problem(in response: VerifyReceiptResponse) -> String? {
         if let problem = problem(text: response.environment, field: "environment") { return problem }
-        for transaction in response.latestReceiptInfo + (response.receipt?.inApp ?? []) {
+        for transaction in response.latestReceiptInfo {
+            if let problem = problem(in: transaction) { return problem }
+        }
+        for transaction in response.receipt?.inApp ?? [] {
             if let problem = problem(in: transaction) { return problem }
         }
         for (index, renewal) in response.pendingRenewalInfo.enumerated() {
-            let field = "pending_renewal_info[\(index)]"
-            let problems = [
-                problem(text: renewal.originalTransactionId, field: "\(field).original_transaction_id"),
-                problem(text: renewal.productId, field: "\(field).product_id"),
-                problem(text: renewal.autoRenewProductId, field: "\(field).auto_renew_product_id"),
-                problem(date: renewal.gracePeriodExpiresDate, field: "\(field).grace_period_expires_date_ms"),
-            ]
-            if let problem = problems.lazy.compactMap({ $0 }).first { return problem }
+            if let problem = problem(in: renewal) { return "\(problem) of pending_renewal_info[\(index)]" }
         }
         return nil
     }
 
+    static func problem(in renewal: PendingRenewalInfo) -> String? {
+        if let problem = problem(text: renewal.originalTransactionId, field: "original_transaction_id") { return problem }
+        if let problem = problem(text: renewal.productId, field: "product_id") { return problem }
+        if let problem = problem(text: renewal.autoRenewProductId, field: "auto_renew_product_id") { return problem }
+        return problem(date: renewal.gracePeriodExpiresDate, field: "grace_period_expires_date_ms")
+    }
+
     /// The first value of one transaction that a ledger row could not hold.
     public static func problem(in transaction: Transaction) -> String? {
+        guard let problem = firstProblem(in: transaction) else { return nil }
         // The id names the transaction in the reason only once it is known to be printable text.
-        let id = transaction.transactionId.utf8.contains(0) ? "a transaction" : "transaction \(transaction.transactionId)"
-        let problems = [
-            problem(text: transaction.transactionId, field: "transaction_id"),
-            problem(text: transaction.originalTransactionId, field: "original_transaction_id"),
-            problem(text: transaction.productId, field: "product_id"),
-            problem(text: transaction.webOrderLineItemId, field: "web_order_line_item_id"),
-            problem(text: transaction.subscriptionGroupIdentifier, field: "subscription_group_identifier"),
-            problem(text: transaction.offerCodeRefName, field: "offer_code_ref_name"),
-            problem(text: transaction.promotionalOfferId, field: "promotional_offer_id"),
-            problem(text: transaction.inAppOwnershipType, field: "in_app_ownership_type"),
-            problem(date: transaction.purchaseDate, field: "purchase_date_ms"),
-            problem(date: transaction.originalPurchaseDate, field: "original_purchase_date_ms"),
-            problem(date: transaction.expiresDate, field: "expires_date_ms"),
-            problem(date: transaction.cancellationDate, field: "cancellation_date_ms"),
-            outOfRange(transaction.cancellationReason, field: "cancellation_reason"),
-            outOfRange(transaction.quantity, field: "quantity"),
-        ]
-        return problems.lazy.compactMap { $0 }.first.map { "\($0) in \(id)" }
+        return "\(problem) in " + (transaction.transactionId.utf8.contains(0) ? "a transaction" : "transaction \(transaction.transactionId)")
+    }
+
+    private static func firstProblem(in transaction: Transaction) -> String? {
+        if let problem = problem(text: transaction.transactionId, field: "transaction_id") { return problem }
+        if let problem = problem(text: transaction.originalTransactionId, field: "original_transaction_id") { return problem }
+        if let problem = problem(text: transaction.productId, field: "product_id") { return problem }
+        if let problem = problem(text: transaction.webOrderLineItemId, field: "web_order_line_item_id") { return problem }
+        if let problem = problem(text: transaction.subscriptionGroupIdentifier, field: "subscription_group_identifier") { return problem }
+        if let problem = problem(text: transaction.offerCodeRefName, field: "offer_code_ref_name") { return problem }
+        if let problem = problem(text: transaction.promotionalOfferId, field: "promotional_offer_id") { return problem }
+        if let problem = problem(text: transaction.inAppOwnershipType, field: "in_app_ownership_type") { return problem }
+        if let problem = problem(date: transaction.purchaseDate, field: "purchase_date_ms") { return problem }
+        if let problem = problem(date: transaction.originalPurchaseDate, field: "original_purchase_date_ms") { return problem }
+        if let problem = problem(date: transaction.expiresDate, field: "expires_date_ms") { return problem }
+        if let problem = problem(date: transaction.cancellationDate, field: "cancellation_date_ms") { return problem }
+        if let problem = outOfRange(transaction.cancellationReason, field: "cancellation_reason") { return problem }
+        return outOfRange(transaction.quantity, field: "quantity")
     }
 
     /// Why a number cannot go into an `integer` column.

@@ -209,13 +209,11 @@ extension RunWorld {
     /// (failed) before writing more, and the next run takes over the plan it had committed.
     @Test func theRunLockOutlivesALostConnection() async throws {
         try await RunWorld.with("lock-retaken", scenario: ["latency_ms": 40]) { world in
-            for index in 0..<40 { try await SafetyRailTests.ordinaryAccount(world, "g\(index)", original: "\(7000 + index)") }
+            try await world.populateOrdinaryAccounts(40)
             var options = world.options()
             options.concurrency = 2
             async let result = world.run(options)
-            try await waitUntil("the run committed a batch") {
-                try await world.count("SELECT coalesce(max(batches_written), 0) FROM iap.reconciliation_runs") >= 1
-            }
+            try await world.waitForACommittedBatch()
             let lockHolder = try await world.lockHolder()
             try await world.connection.execute("SELECT pg_terminate_backend(\(lockHolder)::integer)")
             try await waitUntil("the run took its lock again") {
@@ -236,13 +234,11 @@ extension RunWorld {
 
     @Test func aRunThatLostItsLockToAnotherStopsAndItsPlanIsTakenOver() async throws {
         try await RunWorld.with("lock-lost", scenario: ["latency_ms": 40]) { world in
-            for index in 0..<40 { try await SafetyRailTests.ordinaryAccount(world, "g\(index)", original: "\(7000 + index)") }
+            try await world.populateOrdinaryAccounts(40)
             var options = world.options()
             options.concurrency = 2
             async let result = world.run(options)
-            try await waitUntil("the run committed a batch") {
-                try await world.count("SELECT coalesce(max(batches_written), 0) FROM iap.reconciliation_runs") >= 1
-            }
+            try await world.waitForACommittedBatch()
             let lockHolder = try await world.lockHolder()
             let other = try await world.database.connect()
             try await world.connection.execute("SELECT pg_terminate_backend(\(lockHolder)::integer)")
@@ -505,13 +501,11 @@ extension RunWorld {
 @Suite struct RunCancellationTests {
     @Test(.timeLimit(.minutes(1))) func aCancelledRunStopsAndTheNextOneFinishesTheWork() async throws {
         try await RunWorld.with("cancelled", scenario: ["latency_ms": 40]) { world in
-            for index in 0..<40 { try await SafetyRailTests.ordinaryAccount(world, "c\(index)", original: "\(8000 + index)") }
+            try await world.populateOrdinaryAccounts(40)
             var options = world.options()
             options.concurrency = 2
             let running = Task { try await world.run(options) }
-            try await waitUntil("the run committed a batch") {
-                try await world.count("SELECT coalesce(max(batches_written), 0) FROM iap.reconciliation_runs") >= 1
-            }
+            try await world.waitForACommittedBatch()
             running.cancel()
             let (summary, ending) = try await running.value
             #expect(ending == .interrupted)
@@ -528,6 +522,18 @@ extension RunWorld {
 }
 
 extension RunWorld {
+    /// `count` accounts with a purchase the app server never stored: each one grant.
+    func populateOrdinaryAccounts(_ count: Int) async throws {
+        for index in 0..<count { try await SafetyRailTests.ordinaryAccount(self, "g\(index)", original: "\(7000 + index)") }
+    }
+
+    /// Returns once a run of this world has committed its first batch.
+    func waitForACommittedBatch() async throws {
+        try await waitUntil("the run committed a batch") {
+            try await count("SELECT coalesce(max(batches_written), 0) FROM iap.reconciliation_runs") >= 1
+        }
+    }
+
     /// The backend holding a run lock in this world's database.
     func lockHolder() async throws -> Int {
         try await count("""
