@@ -2,6 +2,8 @@ import AppleSimulator
 import ArgumentParser
 import Foundation
 import Postgres
+import Reconciliation
+import Storage
 
 struct SeedDemoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -34,35 +36,33 @@ struct SeedDemoCommand: AsyncParsableCommand {
 
     func run() async throws {
         let connection = try await PostgresConnection.connect(try database.connectionString())
-        let existing = try await connection.query("SELECT EXISTS (SELECT 1 FROM iap.app_receipts) AS any")
-        guard try !existing[0].decode("any", as: Bool.self) else {
+        let store = SeedStore(connection: connection)
+        guard try await !store.hasReceipts() else {
             throw ValidationError("iap.app_receipts already has rows: seed-demo only fills an empty database")
         }
         let world = DemoWorld(profile: profile, seed: seed, now: Date())
-        try await connection.withTransaction { connection in
-            try await connection.copy(into: "iap.products", columns: ["product_id", "type", "duration", "entitlement", "price", "currency"],
-                                      rows: DemoWorld.catalog)
-            var receipts: [[PostgresBind]] = []
-            var entitlements: [[PostgresBind]] = []
+        try await connection.withTransaction { _ in
+            try await store.copy(catalog: DemoWorld.catalog)
+            var receipts: [SeedStore.Receipt] = []
+            var entitlements: [Entitlement] = []
             for index in 0..<accounts {
                 let account = world.account(index)
                 receipts += account.receipts
                 entitlements += account.entitlements
                 if receipts.count >= 10_000 {
-                    try await connection.copy(into: "iap.app_receipts", columns: DemoWorld.receiptColumns, rows: receipts)
+                    try await store.copy(receipts: receipts)
                     receipts.removeAll(keepingCapacity: true)
                 }
                 if entitlements.count >= 10_000 {
-                    try await connection.copy(into: "iap.entitlements", columns: DemoWorld.entitlementColumns, rows: entitlements)
+                    try await store.copy(entitlements: entitlements, updatedAt: world.now)
                     entitlements.removeAll(keepingCapacity: true)
                 }
             }
-            try await connection.copy(into: "iap.app_receipts", columns: DemoWorld.receiptColumns, rows: receipts)
-            try await connection.copy(into: "iap.entitlements", columns: DemoWorld.entitlementColumns, rows: entitlements)
+            try await store.copy(receipts: receipts)
+            try await store.copy(entitlements: entitlements, updatedAt: world.now)
             if profile == .demo && accounts > DemoWorld.schedule.count {
                 let secret = ProcessInfo.processInfo.environment["APPLE_SHARED_SECRET"] ?? "demo-shared-secret"
-                try await connection.copy(into: "iap.notifications", columns: ["body"],
-                                          rows: world.notifications(sharedSecret: secret).map { [PostgresBind(PostgresJSON(text: $0))] })
+                try await store.copy(notifications: world.notifications(sharedSecret: secret))
             }
         }
         await connection.close()
@@ -76,29 +76,20 @@ struct DemoWorld {
     let seed: UInt64
     let now: Date
 
-    static let receiptColumns = ["account_id", "bundle_id", "latest_receipt"]
-    static let entitlementColumns = [
-        "account_id", "product_id", "original_transaction_id", "latest_transaction_id", "state", "entitled", "expires_at",
-        "auto_renew", "auto_renew_product_id", "environment", "ownership_type", "updated_at",
-    ]
     static let monthMs: Int64 = 30 * 86_400_000
 
-    static let catalog: [[PostgresBind]] = [
-        ["pro.monthly", "auto_renewable", nil, "pro", "9.99", "USD"],
-        ["pro.yearly", "auto_renewable", nil, "pro", "79.99", "USD"],
-        ["lifetime", "non_consumable", nil, "pro", "149.00", "USD"],
-        ["coins.100", "consumable", nil, nil, "0.99", "USD"],
-        ["season.pass", "non_renewing", "1 mon", "pro", "4.99", "EUR"],
-    ].map { row in
-        row.enumerated().map { index, value -> PostgresBind in
-            guard let value else { return .null }
-            return index == 2 ? PostgresBind(type: .interval, text: value) : PostgresBind(value)
-        }
-    }
+    static let catalog: [Product] = [
+        Product(productId: "pro.monthly", type: .autoRenewable, entitlement: "pro", price: Decimal(string: "9.99"), currency: "USD"),
+        Product(productId: "pro.yearly", type: .autoRenewable, entitlement: "pro", price: Decimal(string: "79.99"), currency: "USD"),
+        Product(productId: "lifetime", type: .nonConsumable, entitlement: "pro", price: Decimal(string: "149.00"), currency: "USD"),
+        Product(productId: "coins.100", type: .consumable, price: Decimal(string: "0.99"), currency: "USD"),
+        Product(productId: "season.pass", type: .nonRenewing, duration: CalendarDuration(months: 1), entitlement: "pro",
+                price: Decimal(string: "4.99"), currency: "EUR"),
+    ]
 
     struct Account {
-        var receipts: [[PostgresBind]] = []
-        var entitlements: [[PostgresBind]] = []
+        var receipts: [SeedStore.Receipt] = []
+        var entitlements: [Entitlement] = []
     }
 
     /// The states of the demo profile, one per account in turn.
@@ -152,17 +143,14 @@ struct DemoWorld {
         func receipt(_ spec: [String: Any]) {
             let json = (try? JSONSerialization.data(withJSONObject: spec, options: [.sortedKeys])) ?? Data()
             let blob = (Data(AppleSimulator.syntheticPrefix.utf8) + json).base64EncodedString()
-            account.receipts.append([PostgresBind(accountId), PostgresBind("com.example.app"), PostgresBind(blob)])
+            account.receipts.append(SeedStore.Receipt(accountId: accountId, bundleId: "com.example.app", latestReceipt: blob))
         }
         func stored(_ product: String, _ state: String, expiresMs: Int64?, latest: String? = nil, environment: String = "Production") {
-            let entitled = state == "active" || state == "grace_period"
-            account.entitlements.append([
-                PostgresBind(accountId), PostgresBind(product), PostgresBind(original), PostgresBind(latest ?? original),
-                PostgresBind(state), PostgresBind(entitled),
-                expiresMs.map { PostgresBind(Date(timeIntervalSince1970: Double($0) / 1000)) } ?? .null,
-                expiresMs == nil ? .null : PostgresBind(true), expiresMs == nil ? .null : PostgresBind(product), PostgresBind(environment),
-                PostgresBind("PURCHASED"), PostgresBind(now),
-            ])
+            account.entitlements.append(Entitlement(
+                accountId: accountId, productId: product, originalTransactionId: original, latestTransactionId: latest ?? original,
+                state: EntitlementState(rawValue: state)!, expiresAt: expiresMs.map { Date(timeIntervalSince1970: Double($0) / 1000) },
+                autoRenew: expiresMs == nil ? nil : true, autoRenewProductId: expiresMs == nil ? nil : product,
+                environment: environment, ownershipType: "PURCHASED"))
         }
         func subscription(renewals: Int, endingInDays days: Double, product: String = "pro.monthly", extra: [String: Any] = [:]) -> [String: Any] {
             let end = nowMs + Int64(days * 86_400_000)
@@ -253,7 +241,7 @@ struct DemoWorld {
             receipt(["faults": [["status": 21010, "is_retryable": false]], "repeat_faults": true])
             stored("pro.monthly", "active", expiresMs: nowMs + 5 * 86_400_000)
         case .malformedBlob:
-            account.receipts.append([PostgresBind(accountId), PostgresBind("com.example.app"), PostgresBind("not a receipt!")])
+            account.receipts.append(SeedStore.Receipt(accountId: accountId, bundleId: "com.example.app", latestReceipt: "not a receipt!"))
             stored("lifetime", "active", expiresMs: nil)
         case .twoReceipts:
             receipt(["generate": ["purchases": [["product_id": "lifetime", "transaction_id": original, "purchase_ms": nowMs - 90 * 86_400_000]]]])
