@@ -175,3 +175,16 @@ extension Timestamp {
         String(format(date).prefix(10))
     }
 }
+
+extension Duration {
+    /// In seconds, for `Date` arithmetic and for Foundation's APIs.
+    public var timeInterval: TimeInterval {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+}
+
+extension Date {
+    public func adding(_ duration: Duration) -> Date {
+        addingTimeInterval(duration.timeInterval)
+    }
+}

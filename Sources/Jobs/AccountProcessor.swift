@@ -1,5 +1,6 @@
 import AppStore
 import AppStoreModels
+import CivilCalendar
 import Foundation
 import Locking
 import Reconciliation
@@ -128,12 +129,12 @@ struct AccountProcessor: Sendable {
                 counts.latestReceiptsIgnored += 1
             }
         case .deferred:
-            update.nextAttemptAt = now.addingTimeInterval(options.deferral.delay(afterFailedAttempts: receipt.attempts + 1))
+            update.nextAttemptAt = now.adding(options.deferral.ceiling(afterAttempt: receipt.attempts + 1))
         case .failed(let status, _):
             // A rejected secret is this job's configuration, not the receipt: try it again next run.
-            update.nextAttemptAt = status == 21004 ? nil : now.addingTimeInterval(options.failedRetryAfter)
+            update.nextAttemptAt = status == 21004 ? nil : now.adding(options.failedRetryAfter)
         case .invalidReceipt, .foreignBundle:
-            update.nextAttemptAt = now.addingTimeInterval(options.failedRetryAfter)
+            update.nextAttemptAt = now.adding(options.failedRetryAfter)
         }
         return update
     }

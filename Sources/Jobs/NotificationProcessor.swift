@@ -1,4 +1,5 @@
 import AppStoreModels
+import CivilCalendar
 import Foundation
 import Logging
 import Postgres
@@ -14,7 +15,7 @@ struct NotificationProcessor: Sendable {
     var ledger: ReconciliationStore
     var sharedSecret: String
     /// Unmatched notifications are retried until they are this old, then given up.
-    var maximumAge: TimeInterval
+    var maximumAge: Duration
     var logger: Logger
 
     /// Processes every unprocessed notification and adds its counts to `summary`.
@@ -62,7 +63,7 @@ struct NotificationProcessor: Sendable {
             return (type, .rejected, nil)
         }
         guard let account = try await store.account(owning: notification.originalTransactionIds) else {
-            let givenUp = now.timeIntervalSince(pending.receivedAt) > maximumAge
+            let givenUp = now.timeIntervalSince(pending.receivedAt) > maximumAge.timeInterval
             try await store.mark(pending.id, outcome: .unmatched, processed: givenUp, accountId: nil, runId: runId, now: now)
             return (type, .unmatched, nil)
         }

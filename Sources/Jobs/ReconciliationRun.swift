@@ -279,7 +279,7 @@ public final class ReconciliationRun: Sendable {
         let total = ProgressReporter.isTerminal ? try? await reader.countAccounts(selection: options.selection, now: now) : nil
         let progress = ProgressReporter(interval: options.progressInterval, total: total, logger: logger)
         let processor = AccountProcessor(client: client, options: options, rules: rules,
-                                         diff: EntitlementDiff(expiryLag: options.expiryLag), now: now, secretGuard: secretGuard)
+                                         diff: EntitlementDiff(expiryLag: options.expiryLag.timeInterval), now: now, secretGuard: secretGuard)
         return try await withThrowingTaskGroup(of: RunSummary.self) { group in
             group.addTask {
                 defer { pendingBatches.close() }  // a writer that ended early never leaves the producer waiting
@@ -412,7 +412,7 @@ struct OptionsRecord: Encodable {
         requestsPerSecond = options.requestsPerSecond
         maxAttempts = options.policy.maximumAttempts
         sandbox = options.sandboxPolicy.rawValue
-        expiryLagSeconds = options.expiryLag
+        expiryLagSeconds = options.expiryLag.timeInterval
         maxRevokeRatio = options.maximumRevokeRatio
         shard = options.shardText
         excludeOldTransactions = options.policy.excludeOldTransactions

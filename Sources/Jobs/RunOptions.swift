@@ -14,7 +14,7 @@ public struct RunOptions: Sendable {
     public var requestsPerSecond: Double?
     public var policy = VerificationPolicy()
     public var sandboxPolicy = SandboxPolicy.allow
-    public var expiryLag: TimeInterval = 3600
+    public var expiryLag: Duration = .seconds(3600)
     /// Nothing is applied when more than this share of the run's accounts would lose an entitlement...
     public var maximumRevokeRatio = 0.10
     /// ...over at least this many accounts.
@@ -29,10 +29,10 @@ public struct RunOptions: Sendable {
     /// run, doubling, at most 12 hours.
     public var deferral = Backoff(base: .seconds(900), maximum: .seconds(12 * 3600))
     /// Failed (final) receipts are tried again after this long.
-    public var failedRetryAfter: TimeInterval = 20 * 3600
+    public var failedRetryAfter: Duration = .seconds(20 * 3600)
     public var reportDirectory: URL?
     /// Unmatched notifications are retried until this old.
-    public var notificationMaximumAge: TimeInterval = 7 * 86_400
+    public var notificationMaximumAge: Duration = .seconds(7 * 86_400)
     /// Process server notifications before picking accounts (not in a dry run).
     public var processesNotifications = true
     /// Prometheus text file written at the end of the run.

@@ -31,7 +31,7 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = logging.bootstrap()
         try await runReportingErrors(logger: logger) {
-            try await executeRun(run.runOptions(kind: .nightly, selection: .due(staleAfter: staleAfter.seconds)),
+            try await executeRun(run.runOptions(kind: .nightly, selection: .due(staleAfter: staleAfter.duration)),
                                  common: run, database: database, logger: logger)
         }
     }

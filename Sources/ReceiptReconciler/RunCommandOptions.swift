@@ -153,14 +153,14 @@ struct RunCommandOptions: ParsableArguments {
         options.policy = VerificationPolicy(
             maximumAttempts: maxAttempts, requestTimeout: requestTimeout.duration, excludeOldTransactions: excludeOldTransactions)
         options.sandboxPolicy = sandbox
-        options.expiryLag = expiryLag.seconds
+        options.expiryLag = expiryLag.duration
         options.maximumRevokeRatio = maxRevokeRatio
         options.reportDirectory = reportDir.map { URL(filePath: $0) }
         options.metricsFile = metricsFile.map { URL(filePath: $0) }
         options.batchSize = batchSize
         options.pageSize = batchSize
         options.progressInterval = progressInterval.duration
-        options.notificationMaximumAge = notificationMaxAge.seconds
+        options.notificationMaximumAge = notificationMaxAge.duration
         options.bundleIds = Set(configuredBundleIds())
         return options
     }

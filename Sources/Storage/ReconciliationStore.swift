@@ -1,4 +1,5 @@
 import AppStoreModels
+import CivilCalendar
 import Foundation
 import Postgres
 import Reconciliation
@@ -41,7 +42,7 @@ public struct ReconciliationStore: Sendable {
         let rows: [PostgresRow]
         switch selection.kind {
         case .due(let staleAfter):
-            let staleBefore = now.addingTimeInterval(-staleAfter)
+            let staleBefore = now.adding(.zero - staleAfter)
             rows = try await connection.query("""
                 SELECT account_id FROM iap.app_receipts
                 WHERE account_id > \(after)

@@ -118,7 +118,7 @@ public struct AccountSelection: Sendable {
     public enum Kind: Sendable {
         /// Receipts never verified or not since `staleAfter`, and not deferred into the future;
         /// and receipts a server notification asked to re-verify.
-        case due(staleAfter: TimeInterval)
+        case due(staleAfter: Duration)
         /// A manual selection; empty lists mean "not restricted by this".
         case backfill(accounts: [String], receiptIds: [Int64], since: Date?, until: Date?, products: [String], all: Bool)
         /// Accounts a server notification asked to re-verify (`backfill --notifications-only`).

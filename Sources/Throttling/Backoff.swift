@@ -32,12 +32,3 @@ public struct Backoff: Sendable {
         return .nanoseconds(Int64.random(in: 0...nanoseconds, using: &generator))
     }
 }
-
-extension Backoff {
-    /// The wait, without jitter, after `failures` failed attempts in a row, in seconds: for
-    /// schedules kept in the database (a deferred receipt's `next_attempt_at`).
-    public func delay(afterFailedAttempts failures: Int) -> Double {
-        let wait = ceiling(afterAttempt: failures)
-        return Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18
-    }
-}

@@ -190,7 +190,7 @@ import TestSupport
         defer { refundingApple.stop() }
         try await RunWorld.with("digest", now: now, scenario: answers(refunded: false)) { world in
             try await world.addReceipt("steady", blob)
-            var nightly = world.options(selection: .due(staleAfter: 0))
+            var nightly = world.options(selection: .due(staleAfter: .zero))
             nightly.pageSize = 100
             let ledgerRows = "SELECT count(*) FROM iap.transactions WHERE account_id = 'steady'"
             let digests = "SELECT count(*) FROM iap.app_receipts WHERE ledger_digest IS NOT NULL"

@@ -97,7 +97,7 @@ final class RunWorld: @unchecked Sendable {
             """)
     }
 
-    func options(kind: RunKind = .nightly, selection: AccountSelection.Kind = .due(staleAfter: 20 * 3600),
+    func options(kind: RunKind = .nightly, selection: AccountSelection.Kind = .due(staleAfter: .seconds(20 * 3600)),
                  dryRun: Bool = false) -> RunOptions {
         var options = RunOptions(kind: kind, selection: AccountSelection(kind: selection))
         options.isDryRun = dryRun

@@ -113,8 +113,8 @@ import TestSupport
             let before = try await world.entitlements()
 
             for night in 1...2 {
-                var options = world.options(selection: .due(staleAfter: 0))
-                options.failedRetryAfter = 0  // due again the next night
+                var options = world.options(selection: .due(staleAfter: .zero))
+                options.failedRetryAfter = .zero  // due again the next night
                 options.batchSize = 100  // the odd receipts share one batch with the ordinary accounts
                 let (summary, ending) = try await world.run(options)
                 #expect(ending == .completed, "night \(night)")
@@ -180,7 +180,7 @@ extension RunWorld {
         try await RunWorld.with("abort-twice") { world in
             try await world.populateRefundWave()
             let before = try await world.entitlements()
-            var options = world.options(selection: .due(staleAfter: 0))  // every account due again on night 2
+            var options = world.options(selection: .due(staleAfter: .zero))  // every account due again on night 2
             options.pageSize = 50
             options.batchSize = 25
             let (first, firstEnding) = try await world.run(options)
@@ -390,7 +390,7 @@ extension RunWorld {
             let connection = try await world.database.connect()
             let processor = NotificationProcessor(
                 store: NotificationStore(connection: connection), ledger: ReconciliationStore(connection: connection),
-                sharedSecret: world.secret, maximumAge: 86_400, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+                sharedSecret: world.secret, maximumAge: .seconds(86_400), logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
             async let processing: RunSummary = {
                 var summary = RunSummary()
                 try await processor.process(runId: runId, now: world.now, summary: &summary)
@@ -449,7 +449,7 @@ extension RunWorld {
             try await appServer.execute("BEGIN")
             try await appServer.execute("LOCK TABLE iap.entitlements IN ACCESS EXCLUSIVE MODE")
             let reader = ReconciliationStore(connection: try await world.database.connect())
-            async let page = reader.page(after: "", limit: 10, selection: AccountSelection(kind: .due(staleAfter: 0)), now: Date())
+            async let page = reader.page(after: "", limit: 10, selection: AccountSelection(kind: .due(staleAfter: .zero)), now: Date())
             try await waitUntil("the page read waits for the entitlements") { try await world.someoneWaitsOnALock() }
             try await appServer.execute("""
                 INSERT INTO iap.app_receipts (account_id, bundle_id, latest_receipt) VALUES ('buyer', 'com.example.app', 'bmV3')
