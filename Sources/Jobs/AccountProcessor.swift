@@ -54,7 +54,7 @@ struct AccountProcessor: Sendable {
             if let status = outcome.finalStatus { counts.appleStatuses[String(status), default: 0] += 1 }
             secretGuard.note(outcome.finalStatus)
             if case .verified(let response) = outcome.result {
-                let environment = outcome.environment?.rawValue ?? response.environment ?? "Production"
+                let environment = outcome.environment ?? AppleEnvironment(appleName: response.environment) ?? .production
                 verified.append(VerifiedReceipt(receiptId: receipt.id, response: response, environment: environment))
             } else {
                 failures.append(FailureRecord(

@@ -68,7 +68,7 @@ struct NotificationProcessor: Sendable {
             return (type, .unmatched, nil)
         }
         try await store.requestReverification(accountId: account, now: now)
-        let environment = notification.appleEnvironment?.rawValue ?? "Production"
+        let environment = notification.appleEnvironment ?? .production
         try await ledger.upsertLedger(notification.unifiedReceipt.latestReceiptInfo.map {
             LedgerEntry(accountId: account, transaction: $0, environment: environment)
         })

@@ -6,9 +6,9 @@ public struct VerifiedReceipt: Sendable {
     public var receiptId: Int64
     public var response: VerifyReceiptResponse
     /// Where the receipt verified: its transactions carry this environment.
-    public var environment: String
+    public var environment: AppleEnvironment
 
-    public init(receiptId: Int64, response: VerifyReceiptResponse, environment: String) {
+    public init(receiptId: Int64, response: VerifyReceiptResponse, environment: AppleEnvironment) {
         self.receiptId = receiptId
         self.response = response
         self.environment = environment
@@ -18,7 +18,7 @@ public struct VerifiedReceipt: Sendable {
 /// One transaction of an account, after the union of its receipts.
 public struct AccountTransaction: Sendable, Equatable {
     public var transaction: Transaction
-    public var environment: String
+    public var environment: AppleEnvironment
     /// Found in `latest_receipt_info` (which wins over `receipt.in_app` for the same id).
     public var fromLatestReceiptInfo: Bool
 
@@ -109,9 +109,9 @@ public struct EntitlementRules: Sendable {
 
     /// The same, given `union(receipts)` already made.
     public func entitlements(accountId: String, receipts: [VerifiedReceipt], union: [AccountTransaction], now: Date) -> [Entitlement] {
-        let transactions = union.filter { sandboxPolicy == .allow || $0.environment != "Sandbox" }
+        let transactions = union.filter { sandboxPolicy == .allow || $0.environment != .sandbox }
         var renewals: [String: PendingRenewalInfo] = [:]
-        for receipt in receipts where sandboxPolicy == .allow || receipt.environment != "Sandbox" {
+        for receipt in receipts where sandboxPolicy == .allow || receipt.environment != .sandbox {
             for info in receipt.response.pendingRenewalInfo {
                 if let original = info.originalTransactionId { renewals[original] = info }
             }
@@ -157,7 +157,7 @@ public struct EntitlementRules: Sendable {
             accountId: accountId, productId: productId, originalTransactionId: current.originalTransactionId,
             latestTransactionId: transaction.transactionId, state: .expired, expiresAt: transaction.expiresDate,
             autoRenew: renewal?.autoRenewStatus, autoRenewProductId: renewal?.autoRenewProductId,
-            environment: current.environment, ownershipType: transaction.inAppOwnershipType)
+            environment: current.environment.rawValue, ownershipType: transaction.inAppOwnershipType)
         if let cancelled = transaction.cancellationDate {
             if transaction.isUpgraded == true {
                 entitlement.state = .upgraded
@@ -192,13 +192,13 @@ public struct EntitlementRules: Sendable {
             return Entitlement(
                 accountId: accountId, productId: productId, originalTransactionId: purchase.originalTransactionId,
                 latestTransactionId: purchase.transaction.transactionId, state: .active,
-                environment: purchase.environment, ownershipType: purchase.transaction.inAppOwnershipType)
+                environment: purchase.environment.rawValue, ownershipType: purchase.transaction.inAppOwnershipType)
         }
         let refunded = transactions.max { ($0.transaction.cancellationDate ?? .distantPast) < ($1.transaction.cancellationDate ?? .distantPast) }!
         return Entitlement(
             accountId: accountId, productId: productId, originalTransactionId: refunded.originalTransactionId,
             latestTransactionId: refunded.transaction.transactionId, state: .refunded,
-            environment: refunded.environment, ownershipType: refunded.transaction.inAppOwnershipType,
+            environment: refunded.environment.rawValue, ownershipType: refunded.transaction.inAppOwnershipType,
             refundedAt: refunded.transaction.cancellationDate)
     }
 
@@ -214,7 +214,7 @@ public struct EntitlementRules: Sendable {
         var entitlement = Entitlement(
             accountId: accountId, productId: productId, originalTransactionId: current.originalTransactionId,
             latestTransactionId: current.transaction.transactionId, state: .expired, expiresAt: expiry(current),
-            environment: current.environment, ownershipType: current.transaction.inAppOwnershipType)
+            environment: current.environment.rawValue, ownershipType: current.transaction.inAppOwnershipType)
         if let cancelled = current.transaction.cancellationDate {
             entitlement.state = .refunded
             entitlement.refundedAt = cancelled

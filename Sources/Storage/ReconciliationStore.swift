@@ -237,7 +237,7 @@ public struct ReconciliationStore: Sendable {
                 \(PostgresTextArray(transactions.map(\.offerCodeRefName)))::text[],
                 \(PostgresTextArray(transactions.map(\.promotionalOfferId)))::text[],
                 \(PostgresTextArray(transactions.map(\.inAppOwnershipType)))::text[],
-                \(PostgresTextArray(unique.map(\.environment)))::text[])
+                \(PostgresTextArray(unique.map(\.environment.rawValue)))::text[])
             ON CONFLICT (transaction_id) DO UPDATE SET
                 original_transaction_id       = COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
                 purchase_date                 = COALESCE(EXCLUDED.purchase_date, t.purchase_date),

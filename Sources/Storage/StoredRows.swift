@@ -70,9 +70,9 @@ public struct ReceiptUpdate: Sendable {
 public struct LedgerEntry: Sendable {
     public var accountId: String
     public var transaction: Transaction
-    public var environment: String
+    public var environment: AppleEnvironment
 
-    public init(accountId: String, transaction: Transaction, environment: String) {
+    public init(accountId: String, transaction: Transaction, environment: AppleEnvironment) {
         self.accountId = accountId
         self.transaction = transaction
         self.environment = environment
@@ -90,7 +90,7 @@ public struct LedgerEntry: Sendable {
         for entry in entries {
             let transaction = entry.transaction
             mix(entry.accountId)
-            mix(entry.environment)
+            mix(entry.environment.rawValue)
             mix(transaction.transactionId)
             mix(transaction.originalTransactionId)
             mix(transaction.productId)

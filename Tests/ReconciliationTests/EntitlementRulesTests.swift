@@ -23,12 +23,12 @@ enum Build {
 
     static func receipt(
         id: Int64 = 1, latest: [Transaction] = [], inApp: [Transaction] = [], pending: [PendingRenewalInfo] = [],
-        environment: String = "Production"
+        environment: AppleEnvironment = .production
     ) -> VerifiedReceipt {
         VerifiedReceipt(
             receiptId: id,
             response: VerifyReceiptResponse(
-                status: 0, environment: environment, receipt: Receipt(bundleId: "com.example", inApp: inApp),
+                status: 0, environment: environment.rawValue, receipt: Receipt(bundleId: "com.example", inApp: inApp),
                 latestReceiptInfo: latest, pendingRenewalInfo: pending),
             environment: environment)
     }
@@ -157,7 +157,7 @@ enum Build {
     }
 
     @Test func sandboxGrantsUnlessDenied() {
-        let sandbox = Build.receipt(latest: [Build.tx("1", expires: 10)], environment: "Sandbox")
+        let sandbox = Build.receipt(latest: [Build.tx("1", expires: 10)], environment: .sandbox)
         #expect(Build.entitlements([sandbox])["pro.monthly"]?.environment == "Sandbox")
         #expect(Build.entitlements([sandbox])["pro.monthly"]?.entitled == true)
         #expect(Build.entitlements([sandbox], sandbox: .deny).isEmpty)
@@ -181,7 +181,7 @@ enum Build {
 @Suite struct EntitlementRulesFixtureTests {
     static func receipt(_ file: String) throws -> VerifiedReceipt {
         let response = try VerifyReceiptResponse.decode(Fixtures.bytes("verify-responses/\(file)"))
-        return VerifiedReceipt(receiptId: 1, response: response, environment: response.environment ?? "Production")
+        return VerifiedReceipt(receiptId: 1, response: response, environment: AppleEnvironment(appleName: response.environment) ?? .production)
     }
 
     static func rules() -> EntitlementRules { EntitlementRules() }
@@ -207,7 +207,7 @@ enum Build {
     @Test func notificationNewestFirstWithUpgrades() throws {
         let object = try JSONSerialization.jsonObject(with: Fixtures.data("notifications/imdhemy-server-notification-DID_CHANGE_RENEWAL_STATUS.json")) as? [String: Any]
         let unified = try VerifyReceiptResponse.decode(Array(JSONSerialization.data(withJSONObject: object!["unified_receipt"]!)))
-        let receipt = VerifiedReceipt(receiptId: 1, response: unified, environment: "Production")
+        let receipt = VerifiedReceipt(receiptId: 1, response: unified, environment: .production)
         let entitlements = Self.rules().entitlements(accountId: "a", receipts: [receipt], now: Date(ms: 1_606_000_000_000))
         let monthly = try #require(entitlements.first { $0.productId == "one_month_subscription" })
         #expect(monthly.latestTransactionId == "1000000746095599")
