@@ -8,6 +8,7 @@ import Logging
 import Postgres
 import Reconciliation
 import Storage
+import Synchronization
 
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -113,15 +114,43 @@ func raiseOpenFileLimit() {
     _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
 }
 
-/// SIGTERM and SIGINT as events instead of the end of the process: each arrival calls
-/// `onSignal` on a dispatch queue. Keep the sources for as long as the signals should be caught.
-func catchStopSignals(_ onSignal: @escaping @Sendable (Int32) -> Void) -> [any DispatchSourceSignal] {
-    [SIGTERM, SIGINT].map { number in
-        signal(number, SIG_IGN)  // the source sees the signal; the default action no longer ends the process
-        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-        source.setEventHandler { onSignal(number) }
-        source.resume()
-        return source
+/// The write end of `StopSignals`' pipe, for the signal handler: set before the handler is installed.
+let stopSignalPipe = Atomic<Int32>(-1)
+
+/// SIGTERM and SIGINT as events instead of the end of the process: the handler writes the
+/// signal's number to a pipe (what a handler may safely do), and a thread of its own blocks on
+/// the pipe and calls `onSignal`, with no polling. (DispatchSource signal sources were tried:
+/// under the thread sanitizer the signal never reached them.)
+final class StopSignals: Sendable {
+    private let writeEnd: Int32
+
+    init(_ onSignal: @escaping @Sendable (Int32) -> Void) {
+        var ends: [Int32] = [-1, -1]
+        guard pipe(&ends) == 0 else { preconditionFailure("pipe() failed: \(String(cString: strerror(errno)))") }
+        let readEnd = ends[0]
+        writeEnd = ends[1]
+        stopSignalPipe.store(writeEnd, ordering: .relaxed)
+        let thread = Thread {
+            var byte: UInt8 = 0
+            while read(readEnd, &byte, 1) == 1, byte != 0 { onSignal(Int32(byte)) }
+            close(readEnd)
+        }
+        thread.start()
+        var action = sigaction()
+        action.__sigaction_handler.sa_handler = { number in
+            var byte = UInt8(truncatingIfNeeded: number)
+            _ = write(stopSignalPipe.load(ordering: .relaxed), &byte, 1)
+        }
+        sigemptyset(&action.sa_mask)
+        action.sa_flags = SA_RESTART
+        sigaction(SIGTERM, &action, nil)
+        sigaction(SIGINT, &action, nil)
+    }
+
+    /// Ends the reading thread (signals arriving later are still caught, and go nowhere).
+    func cancel() {
+        var zero: UInt8 = 0
+        _ = write(writeEnd, &zero, 1)
     }
 }
 
@@ -142,11 +171,11 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
 
     // SIGTERM and SIGINT: stop taking accounts, finish what is in flight, commit, end `interrupted`.
     // Caught from here on; one before this ends the process, which is safe: nothing was written yet.
-    let signals = catchStopSignals { number in
+    let signals = StopSignals { number in
         logger.notice("run.stopping", metadata: ["run.signal": "\(number == SIGTERM ? "SIGTERM" : "SIGINT")"])
         run.requestStop()
     }
-    defer { signals.forEach { $0.cancel() } }
+    defer { signals.cancel() }
 
     let result: (summary: RunSummary, ending: ReconciliationRun.Ending)
     do {
