@@ -35,6 +35,9 @@ let package = Package(
 
         // Migrations/*.sql embedded into the binary at build time, and the code that applies them.
         .executableTarget(name: "embed-migrations"),
+
+        // scripts/bench-json: the hand-written reader against JSONDecoder on real answers.
+        .executableTarget(name: "bench-json", dependencies: ["AppStoreModels"]),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-migrations"]),
         .target(name: "SchemaMigrations", dependencies: ["Postgres", "Hashing", logging], plugins: ["EmbedMigrations"]),
 
