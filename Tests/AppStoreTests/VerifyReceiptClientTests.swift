@@ -393,13 +393,13 @@ import TestSupport
     /// request's whole timeout.
     @Test(.disabled(if: isSanitizedRun, "timing")) func cancelledRequestsEndAtOnceWhenEverTheCancellationArrives() async throws {
         let simulator = try SimulatorProcess(scenario: VerifyReceiptClientTests.scenario([
-            "hang": ["faults": [["delay_ms": 30_000]], "repeat_faults": true],
+            "hang": ["faults": [["delay_ms": 300_000]], "repeat_faults": true],
         ]))
         let client = HTTPClient()
         defer { client.shutdown() }
         let body = Array(#"{"receipt-data":"\#(receiptBlob("hang"))","password":"\#(VerifyReceiptClientTests.secret)"}"#.utf8)
         let request = HTTPRequest(url: simulator.productionURL, method: "POST", headers: ["Content-Type: application/json"],
-                                  body: body, connectTimeout: .seconds(5), totalTimeout: .seconds(25))
+                                  body: body, connectTimeout: .seconds(200), totalTimeout: .seconds(200))
         let started = ContinuousClock.now
         let kinds = await withTaskGroup(of: String.self) { group in
             for index in 0..<100 {
@@ -423,6 +423,7 @@ import TestSupport
         }
         let elapsed = ContinuousClock.now - started
         #expect(kinds.allSatisfy { $0 == "cancelled" }, "\(Set(kinds))")
-        #expect(elapsed < .seconds(20), "took \(elapsed): a cancellation was lost until the request timed out")
+        // A lost cancellation waits out the 200 s timeout; a loaded machine takes seconds, not minutes.
+        #expect(elapsed < .seconds(100), "took \(elapsed): a cancellation was lost until the request timed out")
     }
 }
