@@ -23,7 +23,7 @@ struct NotificationProcessor: Sendable {
         var after: (Date, Int64)?
         while true {
             let page = try await ReconciliationRun.retryingLostConnections(logger: logger) { [after] in
-                try await store.unprocessed(after: after, limit: 500, runId: runId)
+                try await store.unprocessed(after: after, limit: 500)
             }
             guard let last = page.last else { return }
             after = (last.receivedAt, last.id)

@@ -26,20 +26,19 @@ public struct NotificationStore: Sendable {
     }
 
     /// The next unprocessed notifications after `after`, oldest first: candidates only, each is
-    /// claimed (`claim`) in the transaction that processes it. Notifications a live run of
-    /// another shard tried tonight and left unmatched are not tried again by this one.
-    public func unprocessed(after: (Date, Int64)?, limit: Int, runId: Int64) async throws -> [Pending] {
+    /// claimed (`claim`, which decides) in the transaction that processes it.
+    public func unprocessed(after: (Date, Int64)?, limit: Int) async throws -> [Pending] {
         return try await connection.query("""
-            SELECT id, received_at, body::text AS body FROM iap.notifications n
+            SELECT id, received_at, body::text AS body FROM iap.notifications
             WHERE processed_at IS NULL
               AND (\(after?.0)::timestamptz IS NULL OR (received_at, id) > (\(after?.0), \(after?.1)))
-              AND NOT EXISTS (SELECT 1 FROM iap.reconciliation_runs r WHERE r.id = n.run_id AND r.id <> \(runId) AND r.status = 'running')
             ORDER BY received_at, id LIMIT \(limit)
             """).map { Pending(id: try $0.decode("id"), receivedAt: try $0.decode("received_at"), body: try $0.decode("body")) }
     }
 
-    /// Locks one notification for the caller's transaction; false when another worker holds it or
-    /// it was processed meanwhile: one worker per notification, however many shards run.
+    /// Locks one notification for the caller's transaction; false when another worker holds it,
+    /// it was processed meanwhile, or a live run of another shard tried it tonight and left it
+    /// unmatched: one worker per notification, however many shards run.
     public func claim(_ id: Int64, runId: Int64) async throws -> Bool {
         try await !connection.query("""
             SELECT 1 FROM iap.notifications n
