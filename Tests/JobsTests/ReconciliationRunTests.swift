@@ -242,14 +242,7 @@ import TestSupport
 
     @Test func tooManyRevokesAbortBeforeApplyingAnything() async throws {
         try await RunWorld.with("ratio") { world in
-            for index in 0..<110 {
-                let refunded = index < 15
-                let extra: [String: Any] = refunded ? ["cancel": ["at_ms": world.nowMs - world.dayMs, "reason": 0]] : [:]
-                try await world.addReceipt("a\(index)", spec: ["generate": ["subscriptions": [
-                    world.subscription(original: "\(1000 + index)", renewals: 1, endDays: 10, extra: extra)]]])
-                try await world.store(Entitlement(accountId: "a\(index)", productId: "pro.monthly", originalTransactionId: "\(1000 + index)",
-                                                  state: .active, expiresAt: world.expiry(endDays: 1)))
-            }
+            try await world.populateRefundWave()
             let before = try await world.entitlements()
             var options = world.options()
             options.pageSize = 50
