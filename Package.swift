@@ -2,6 +2,8 @@
 import PackageDescription
 
 let logging = Target.Dependency.product(name: "Logging", package: "swift-log")
+let crypto = Target.Dependency.product(name: "Crypto", package: "swift-crypto")
+let x509 = Target.Dependency.product(name: "X509", package: "swift-certificates")
 let argumentParser = Target.Dependency.product(name: "ArgumentParser", package: "swift-argument-parser")
 
 let package = Package(
@@ -13,6 +15,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+        // Signed data: ES256 and SHA-256 (swift-crypto), X.509 parsing and chain verification (swift-certificates).
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
     ],
     targets: [
         // C only: the two system libraries, with typed wrappers for curl's variadic calls.
@@ -45,6 +50,10 @@ let package = Package(
         // no libcurl: the entitlement rules that read these cannot reach the network even by accident.
         .target(name: "AppStoreModels", dependencies: ["CivilCalendar", .product(name: "SwiftASN1", package: "swift-asn1")]),
 
+        // Apple's signed data (JWS) verified: the x5c chain to a trusted root with Apple's extension OIDs, the
+        // ES256 signature, the app's claims. No I/O: bytes in, a verified payload or the check that failed out.
+        .target(name: "SignedData", dependencies: ["AppStoreModels", "CivilCalendar", "Locking", crypto, x509, .product(name: "SwiftASN1", package: "swift-asn1")]),
+
         // Waiting well: bounded concurrency, request rates, backoff with jitter, the storm gate.
         .target(name: "Throttling", dependencies: ["Locking"]),
 
@@ -76,6 +85,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["Postgres", "HTTP"], path: "Tests/TestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport"]),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "AppStoreModels", "Throttling", "HTTP", "TestSupport"]),
+        .testTarget(name: "SignedDataTests", dependencies: ["SignedData", "AppStoreModels", "TestSupport"]),
         .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "CivilCalendar", "TestSupport"]),
         .testTarget(
             name: "JobsTests",

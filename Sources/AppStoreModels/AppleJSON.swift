@@ -257,6 +257,9 @@ struct AppleJSONKey {
     /// The name's length in UTF-8 bytes, once escapes are decoded.
     var count: Int { unescaped?.utf8.count ?? bytes.count }
 
+    /// The name as text (signed payloads keep their members by name).
+    var string: String { unescaped ?? String(decoding: bytes, as: UTF8.self) }
+
     static func == (key: AppleJSONKey, name: StaticString) -> Bool {
         if let unescaped = key.unescaped { return unescaped == name.description }
         guard key.bytes.count == name.utf8CodeUnitCount else { return false }

@@ -1,0 +1,323 @@
+import Foundation
+
+/// The claims every signed payload is checked against (contract section 9): when it was signed,
+/// for which app, in which environment. Where a payload has none of them, nil.
+public struct SignedClaims: Sendable, Equatable {
+    public var signedDate: Date?
+    /// Renewal infos carry none.
+    public var bundleId: String?
+    /// Only notifications (and app transactions) carry it, and only in production.
+    public var appAppleId: Int64?
+    /// `Production`, `Sandbox`; `Xcode` and `LocalTesting` exist too. Transactions signed in 2021 carry none.
+    public var environment: String?
+
+    public init(signedDate: Date? = nil, bundleId: String? = nil, appAppleId: Int64? = nil, environment: String? = nil) {
+        self.signedDate = signedDate
+        self.bundleId = bundleId
+        self.appAppleId = appAppleId
+        self.environment = environment
+    }
+}
+
+/// A payload Apple signs: decoded from the JWS payload's JSON, as tolerant as verifyReceipt's
+/// answers (unknown fields ignored, missing optional ones nil, numbers as text accepted).
+public protocol SignedPayload: Sendable {
+    init(json: [UInt8]) throws
+    var claims: SignedClaims { get }
+    /// Whether the payload names the app's bundle id (renewal infos do not).
+    static var carriesBundleId: Bool { get }
+    /// Whether production payloads of this kind name the app's Apple id (notifications do).
+    static var carriesAppAppleId: Bool { get }
+}
+
+extension SignedPayload {
+    public static var carriesBundleId: Bool { true }
+    public static var carriesAppAppleId: Bool { false }
+}
+
+/// `JWSTransactionDecodedPayload`: one transaction, as the Server API and V2 notifications sign it.
+public struct JWSTransaction: SignedPayload, Equatable {
+    public var transactionId: String
+    public var originalTransactionId: String?
+    public var webOrderLineItemId: String?
+    public var bundleId: String?
+    public var productId: String
+    public var subscriptionGroupIdentifier: String?
+    public var purchaseDate: Date?
+    public var originalPurchaseDate: Date?
+    public var expiresDate: Date?
+    public var quantity: Int?
+    /// `Auto-Renewable Subscription`, `Non-Consumable`, `Consumable`, `Non-Renewing Subscription`.
+    public var type: String?
+    public var appAccountToken: String?
+    /// `PURCHASED` or `FAMILY_SHARED`.
+    public var inAppOwnershipType: String?
+    public var signedDate: Date?
+    /// 1: refunded for an issue in the app; 0: another reason.
+    public var revocationReason: Int?
+    public var revocationDate: Date?
+    public var isUpgraded: Bool?
+    /// 1 introductory, 2 promotional, 3 offer code, 4 win-back.
+    public var offerType: Int?
+    public var offerIdentifier: String?
+    /// `FREE_TRIAL`, `PAY_AS_YOU_GO`, `PAY_UP_FRONT`.
+    public var offerDiscountType: String?
+    public var storefront: String?
+    public var storefrontId: String?
+    /// `PURCHASE` or `RENEWAL`.
+    public var transactionReason: String?
+    public var environment: String?
+    /// In milliunits of `currency` (230000 JPY is ¥230).
+    public var price: Int64?
+    /// ISO 4217.
+    public var currency: String?
+
+    public var claims: SignedClaims {
+        SignedClaims(signedDate: signedDate, bundleId: bundleId, environment: environment)
+    }
+
+    public init(json: [UInt8]) throws {
+        var fields = SignedFields()
+        try fields.read(json)
+        guard let transactionId = try fields.string("transactionId") else { throw SignedFields.missing("transactionId") }
+        guard let productId = try fields.string("productId") else { throw SignedFields.missing("productId") }
+        self.transactionId = transactionId
+        self.productId = productId
+        originalTransactionId = try fields.string("originalTransactionId")
+        webOrderLineItemId = try fields.string("webOrderLineItemId")
+        bundleId = try fields.string("bundleId")
+        subscriptionGroupIdentifier = try fields.string("subscriptionGroupIdentifier")
+        purchaseDate = try fields.date("purchaseDate")
+        originalPurchaseDate = try fields.date("originalPurchaseDate")
+        expiresDate = try fields.date("expiresDate")
+        quantity = try fields.int("quantity")
+        type = try fields.string("type")
+        appAccountToken = try fields.string("appAccountToken")
+        inAppOwnershipType = try fields.string("inAppOwnershipType")
+        signedDate = try fields.date("signedDate")
+        revocationReason = try fields.int("revocationReason")
+        revocationDate = try fields.date("revocationDate")
+        isUpgraded = try fields.bool("isUpgraded")
+        offerType = try fields.int("offerType")
+        offerIdentifier = try fields.string("offerIdentifier")
+        offerDiscountType = try fields.string("offerDiscountType")
+        storefront = try fields.string("storefront")
+        storefrontId = try fields.string("storefrontId")
+        transactionReason = try fields.string("transactionReason")
+        environment = try fields.string("environment")
+        price = try fields.int64("price")
+        currency = try fields.string("currency")
+    }
+
+    /// The transaction in the ledger's and the rules' terms, the same as verifyReceipt's.
+    public var ledgerTransaction: Transaction {
+        let introductory = offerType == 1
+        return Transaction(
+            transactionId: transactionId, originalTransactionId: originalTransactionId, productId: productId,
+            quantity: quantity, purchaseDate: purchaseDate, originalPurchaseDate: originalPurchaseDate,
+            expiresDate: expiresDate, cancellationDate: revocationDate, cancellationReason: revocationReason,
+            isUpgraded: isUpgraded,
+            // Signed data says which kind of introductory offer; without offerDiscountType it is unknown.
+            isTrialPeriod: introductory ? offerDiscountType.map { $0 == "FREE_TRIAL" } : false,
+            isInIntroOfferPeriod: introductory ? offerDiscountType.map { $0 != "FREE_TRIAL" } : false,
+            webOrderLineItemId: webOrderLineItemId, subscriptionGroupIdentifier: subscriptionGroupIdentifier,
+            offerCodeRefName: offerType == 3 ? offerIdentifier : nil,
+            promotionalOfferId: offerType == 2 ? offerIdentifier : nil,
+            inAppOwnershipType: inAppOwnershipType)
+    }
+}
+
+/// `JWSRenewalInfoDecodedPayload`: the renewal state of one subscription chain.
+public struct JWSRenewalInfo: SignedPayload, Equatable {
+    public var originalTransactionId: String?
+    public var productId: String?
+    public var autoRenewProductId: String?
+    /// 1 on, 0 off.
+    public var autoRenewStatus: Int?
+    /// 1 cancelled by the customer, 2 billing error, 3 price increase declined, 4 product unavailable, 5 other.
+    public var expirationIntent: Int?
+    public var gracePeriodExpiresDate: Date?
+    public var isInBillingRetryPeriod: Bool?
+    public var priceIncreaseStatus: Int?
+    public var renewalDate: Date?
+    public var recentSubscriptionStartDate: Date?
+    public var signedDate: Date?
+    public var environment: String?
+
+    public var claims: SignedClaims { SignedClaims(signedDate: signedDate, environment: environment) }
+    public static var carriesBundleId: Bool { false }
+
+    public init(json: [UInt8]) throws {
+        var fields = SignedFields()
+        try fields.read(json)
+        originalTransactionId = try fields.string("originalTransactionId")
+        productId = try fields.string("productId")
+        autoRenewProductId = try fields.string("autoRenewProductId")
+        autoRenewStatus = try fields.int("autoRenewStatus")
+        expirationIntent = try fields.int("expirationIntent")
+        gracePeriodExpiresDate = try fields.date("gracePeriodExpiresDate")
+        isInBillingRetryPeriod = try fields.bool("isInBillingRetryPeriod")
+        priceIncreaseStatus = try fields.int("priceIncreaseStatus")
+        renewalDate = try fields.date("renewalDate")
+        recentSubscriptionStartDate = try fields.date("recentSubscriptionStartDate")
+        signedDate = try fields.date("signedDate")
+        environment = try fields.string("environment")
+    }
+}
+
+/// `ResponseBodyV2DecodedPayload`: an App Store Server Notification V2. Its transaction and
+/// renewal info are JWS of their own, verified separately.
+public struct NotificationV2Payload: SignedPayload, Equatable {
+    /// `SUBSCRIBED`, `DID_RENEW`, `EXPIRED`, `REFUND`, `REVOKE`, `REFUND_REVERSED`, `TEST`, ...
+    public var notificationType: String
+    public var subtype: String?
+    public var notificationUUID: String?
+    public var version: String?
+    /// Missing in some real notifications (2022): the signed transaction's is used then.
+    public var signedDate: Date?
+    public var appAppleId: Int64?
+    public var bundleId: String?
+    public var bundleVersion: String?
+    public var environment: String?
+    public var signedTransactionInfo: String?
+    public var signedRenewalInfo: String?
+    /// The subscription's status (1 active ... 5 revoked), where Apple gives it.
+    public var status: Int?
+
+    public var claims: SignedClaims {
+        SignedClaims(signedDate: signedDate, bundleId: bundleId, appAppleId: appAppleId, environment: environment)
+    }
+    public static var carriesAppAppleId: Bool { true }
+
+    public init(json: [UInt8]) throws {
+        var fields = SignedFields(nested: "data")
+        try fields.read(json)
+        guard let type = try fields.string("notificationType") else { throw SignedFields.missing("notificationType") }
+        notificationType = type
+        subtype = try fields.string("subtype")
+        notificationUUID = try fields.string("notificationUUID")
+        version = try fields.string("version")
+        signedDate = try fields.date("signedDate")
+        appAppleId = try fields.int64("data.appAppleId")
+        bundleId = try fields.string("data.bundleId")
+        bundleVersion = try fields.string("data.bundleVersion")
+        environment = try fields.string("data.environment")
+        signedTransactionInfo = try fields.string("data.signedTransactionInfo")
+        signedRenewalInfo = try fields.string("data.signedRenewalInfo")
+        status = try fields.int("data.status")
+    }
+}
+
+/// The V2 body Apple posts: `{"signedPayload": "<JWS>"}`.
+public enum NotificationV2Body {
+    /// The signed payload of a V2 body; nil for a body that is not one (a v1 notification).
+    public static func signedPayload(_ body: some Collection<UInt8>) -> String? {
+        try? AppleJSONReader.read(body) { reader -> String? in
+            var payload: String?
+            try reader.readObject { key, reader in
+                if key == "signedPayload", try reader.peek() == .string { payload = try reader.value().string() } else { try reader.skipValue() }
+            }
+            return payload
+        }
+    }
+
+    /// The notification's UUID read without verification: only to store a body once (ingestion),
+    /// never to act on it.
+    public static func unverifiedNotificationUUID(_ body: some Collection<UInt8>) -> String? {
+        guard let signed = signedPayload(body), let jws = try? CompactJWS(signed) else { return nil }
+        return (try? NotificationV2Payload(json: jws.payload))?.notificationUUID
+    }
+}
+
+/// The scalar members of a signed payload's object (and of one nested object), kept as text and
+/// read on demand with Apple's tolerance: the payloads are small, and their fields many.
+struct SignedFields {
+    private var values: [String: Scalar] = [:]
+    private let nested: String?
+
+    private enum Scalar {
+        case string(String)
+        case number(String)
+        case bool(Bool)
+    }
+
+    init(nested: String? = nil) {
+        self.nested = nested
+    }
+
+    static func missing(_ name: String) -> AppleJSONError {
+        AppleJSONError(description: "no \(name)")
+    }
+
+    mutating func read(_ json: [UInt8]) throws {
+        var values: [String: Scalar] = [:]
+        func members(_ reader: inout AppleJSONReader, prefix: String, nestedName: String?) throws {
+            try reader.readObject { key, reader in
+                let name = prefix + key.string
+                switch try reader.peek() {
+                case .object where name == nestedName: try members(&reader, prefix: name + ".", nestedName: nil)
+                case .string:
+                    if let text = try reader.value().string() { values[name] = .string(text) }
+                case .number: values[name] = .number(String(decoding: try reader.value().bytes, as: UTF8.self))
+                case .bool: values[name] = try reader.value().bool().map(Scalar.bool)
+                case .null, .object, .array: try reader.skipValue()
+                }
+            }
+        }
+        try AppleJSONReader.read(json) { reader in try members(&reader, prefix: "", nestedName: nested) }
+        self.values = values
+    }
+
+    func string(_ name: String) throws -> String? {
+        switch values[name] {
+        case nil: return nil
+        case .string(let text): return text
+        case .number(let text):
+            if let whole = Int64(text) { return String(whole) }
+            throw AppleJSONError(description: "\(name): expected a string, found \(text)")
+        case .bool(let flag): return String(flag)
+        }
+    }
+
+    func int64(_ name: String) throws -> Int64? {
+        guard let text = try string(name)?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return nil }
+        guard let value = Int64(text) else { throw AppleJSONError(description: "\(name): expected an integer") }
+        return value
+    }
+
+    func int(_ name: String) throws -> Int? {
+        guard let value = try int64(name) else { return nil }
+        guard let small = Int(exactly: value), abs(small) <= Int(Int32.max) else {
+            throw AppleJSONError(description: "\(name): out of range")
+        }
+        return small
+    }
+
+    func bool(_ name: String) throws -> Bool? {
+        switch values[name] {
+        case nil: return nil
+        case .bool(let flag): return flag
+        case .number(let text), .string(let text):
+            switch text.lowercased() {
+            case "true", "1": return true
+            case "false", "0": return false
+            default: throw AppleJSONError(description: "\(name): expected a flag")
+            }
+        }
+    }
+
+    /// Milliseconds since 1970; Xcode's signed data has fractions of one, cut off here.
+    func date(_ name: String) throws -> Date? {
+        let text: String
+        switch values[name] {
+        case nil: return nil
+        case .number(let number), .string(let number): text = number
+        case .bool: throw AppleJSONError(description: "\(name): expected milliseconds since 1970")
+        }
+        if let milliseconds = Int64(text) { return Date(milliseconds: milliseconds) }
+        guard let milliseconds = Double(text), milliseconds.isFinite, abs(milliseconds) < 1e15 else {
+            throw AppleJSONError(description: "\(name): expected milliseconds since 1970")
+        }
+        return Date(milliseconds: Int64(milliseconds.rounded(.down)))
+    }
+}
