@@ -61,7 +61,7 @@ let package = Package(
         .target(name: "AppStore", dependencies: ["AppStoreModels", "HTTP", "Throttling", "Locking", logging]),
 
         // The local verifyReceipt simulator that the demo, the tests and the benchmark talk to.
-        .target(name: "AppleSimulator", dependencies: ["CivilCalendar", "Locking"]),
+        .target(name: "AppleSimulator", dependencies: ["AppStoreModels", "CivilCalendar", "Locking", crypto, x509, .product(name: "SwiftASN1", package: "swift-asn1")]),
 
         // Entitlement rules, the diff, and the reports' content and rows: pure functions, no I/O.
         .target(name: "Reconciliation", dependencies: ["AppStoreModels", "CivilCalendar"]),
@@ -85,7 +85,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["Postgres", "HTTP"], path: "Tests/TestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport"]),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "AppStoreModels", "Throttling", "HTTP", "TestSupport"]),
-        .testTarget(name: "SignedDataTests", dependencies: ["SignedData", "AppStoreModels", "TestSupport"]),
+        .testTarget(name: "SignedDataTests", dependencies: ["SignedData", "AppStoreModels", "AppleSimulator", "TestSupport"]),
         .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "CivilCalendar", "TestSupport"]),
         .testTarget(
             name: "JobsTests",

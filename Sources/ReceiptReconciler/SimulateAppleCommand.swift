@@ -5,7 +5,16 @@ import Foundation
 struct SimulateAppleCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "simulate-apple",
-        abstract: "Serves a local verifyReceipt simulator on loopback, for the demo and the tests.",
+        abstract: "A local Apple for the demo and the tests: the verifyReceipt simulator, and signed V2 notifications.",
+        subcommands: [SimulateAppleServe.self, SignNotificationsCommand.self],
+        defaultSubcommand: SimulateAppleServe.self
+    )
+}
+
+struct SimulateAppleServe: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Serves a local verifyReceipt simulator on loopback (the default of simulate-apple).",
         discussion: """
             Production is POST /verifyReceipt, sandbox POST /sandbox/verifyReceipt; GET /__stats counts \
             requests and connections. Point the job at it with \
@@ -16,8 +25,15 @@ struct SimulateAppleCommand: ParsableCommand {
             README) or, for synthetic receipts (base64 of "simulated-receipt:" + JSON spec), from the \
             spec inside the receipt. Prints "listening on http://127.0.0.1:PORT" once ready, then serves \
             until killed.
+
+            At start it makes (or loads, from --signing-dir) its own signing chain shaped like Apple's: a \
+            test root, an intermediate and a leaf with Apple's extension OIDs. The job trusts data it \
+            signs only when told to: --apple-root-certificate DIR/root.der.
             """
     )
+
+    @Option(help: "Directory of the simulator's signing chain (made there if absent; default: a new temporary directory).")
+    var signingDir: String?
 
     @Option(help: "Scenario file (JSON). Without one, only synthetic receipts are known.")
     var scenario: String?
@@ -47,6 +63,10 @@ struct SimulateAppleCommand: ParsableCommand {
         raiseOpenFileLimit()  // a thread and a socket per connection
         var scenario = try self.scenario.map { try SimulationScenario(contentsOf: URL(filePath: $0)) } ?? SimulationScenario()
         if let sharedSecret { scenario.sharedSecret = sharedSecret }
+        let signingDirectory = signingDir.map { URL(filePath: $0) }
+            ?? FileManager.default.temporaryDirectory.appending(path: "simulate-apple-\(UUID().uuidString)")
+        _ = try SigningChain.loadOrCreate(directory: signingDirectory)
+        FileHandle.standardError.write(Data("signing root: \(signingDirectory.appending(path: SigningChain.rootFileName).path)\n".utf8))
         let simulator = try AppleSimulator(scenario: scenario, host: host, port: port, latencyMilliseconds: latencyMs)
         if exitWhenStdinCloses {
             Thread.detachNewThread {
@@ -57,5 +77,37 @@ struct SimulateAppleCommand: ParsableCommand {
         // Written unbuffered: whoever started the simulator waits for this line.
         FileHandle.standardOutput.write(Data("listening on http://\(host):\(simulator.port)\n".utf8))
         simulator.serveForever()
+    }
+}
+
+struct SignNotificationsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sign-notifications",
+        abstract: "Signs App Store Server Notifications V2 with the simulator's chain, for the demo and the tests.",
+        discussion: """
+            Reads specs from standard input, one JSON object a line, each written as Apple's decoded \
+            notification payload (notificationType, subtype, notificationUUID, signedDate, data with \
+            bundleId, appAppleId, environment), with data.transactionInfo and data.renewalInfo as plain \
+            objects: they are signed into signedTransactionInfo and signedRenewalInfo. Prints one V2 body \
+            ({"signedPayload": ...}) a line, ready for ingest-notifications. A spec may set \
+            "simulatorFault" to one of wrong-key, expired-leaf, missing-oid, tampered, to sign badly.
+            """
+    )
+
+    @Option(help: "Directory of the simulator's signing chain (made there if absent).")
+    var signingDir: String
+
+    func run() throws {
+        let signer = SignedNotifications(chain: try SigningChain.loadOrCreate(directory: URL(filePath: signingDir)))
+        var lineNumber = 0
+        while let line = readLine(strippingNewline: true) {
+            lineNumber += 1
+            guard !line.trimmingCharacters(in: .whitespaces).isEmpty else { continue }
+            do {
+                print(try signer.body(forSpec: Array(line.utf8)))
+            } catch {
+                throw ValidationError("line \(lineNumber): \(error)")
+            }
+        }
     }
 }

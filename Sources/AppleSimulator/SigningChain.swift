@@ -1,0 +1,151 @@
+import AppStoreModels
+import Crypto
+import Foundation
+import SwiftASN1
+import X509
+
+/// The simulator's own signing chain, shaped like Apple's (a root, an intermediate carrying
+/// 1.2.840.113635.100.6.2.1, a leaf carrying 1.2.840.113635.100.6.11.1, all P-256), made once
+/// and kept in a directory so that the server and the notification signer share it. The job
+/// trusts it only when pointed at its root (`--apple-root-certificate DIR/root.der`).
+public struct SigningChain: Sendable {
+    public let root: [UInt8]
+    public let intermediate: [UInt8]
+    public let leaf: [UInt8]
+    let intermediateKey: P256.Signing.PrivateKey
+    let leafKey: P256.Signing.PrivateKey
+
+    /// Ways to sign badly, for the tests and the demo: each must fail its named check.
+    public enum Fault: String, Sendable, CaseIterable {
+        /// Signed with a key that is not the leaf's (check `signature`).
+        case wrongKey = "wrong-key"
+        /// The leaf expired long before the payload was signed (check `validity`).
+        case expiredLeaf = "expired-leaf"
+        /// The leaf lacks Apple's OID (check `oid`).
+        case missingOID = "missing-oid"
+        /// One byte of the payload changed after signing (check `signature`).
+        case tamperedPayload = "tampered"
+    }
+
+    /// The file the job is pointed at: the root, DER.
+    public static let rootFileName = "root.der"
+
+    static let leafOID: ASN1ObjectIdentifier = [1, 2, 840, 113635, 100, 6, 11, 1]
+    static let intermediateOID: ASN1ObjectIdentifier = [1, 2, 840, 113635, 100, 6, 2, 1]
+    /// Wide enough for any signedDate the demo and the tests use.
+    static let validFrom = Date(timeIntervalSince1970: 1_420_070_400)  // 2015-01-01
+    static let validUntil = Date(timeIntervalSince1970: 2_524_608_000)  // 2050-01-01
+
+    /// A new chain.
+    public static func create() throws -> SigningChain {
+        let rootKey = P256.Signing.PrivateKey()
+        let intermediateKey = P256.Signing.PrivateKey()
+        let leafKey = P256.Signing.PrivateKey()
+        let rootName = try DistinguishedName {
+            CommonName("receipt-reconciler Simulator Root CA")
+            OrganizationName("receipt-reconciler simulator")
+        }
+        let intermediateName = try DistinguishedName {
+            CommonName("receipt-reconciler Simulator WWDR Intermediate")
+            OrganizationName("receipt-reconciler simulator")
+        }
+        let root = try certificate(
+            key: rootKey.publicKey, subject: rootName, issuer: rootName, issuerKey: rootKey, authority: true, oid: nil)
+        let intermediate = try certificate(
+            key: intermediateKey.publicKey, subject: intermediateName, issuer: rootName, issuerKey: rootKey,
+            authority: true, oid: intermediateOID)
+        let chain = SigningChain(
+            root: try der(root), intermediate: try der(intermediate), leaf: [], intermediateKey: intermediateKey, leafKey: leafKey)
+        return SigningChain(
+            root: chain.root, intermediate: chain.intermediate, leaf: try chain.makeLeaf(key: leafKey.publicKey),
+            intermediateKey: intermediateKey, leafKey: leafKey)
+    }
+
+    /// The chain kept in `directory`, made and written there first if there is none.
+    public static func loadOrCreate(directory: URL) throws -> SigningChain {
+        let files = Files(directory: directory)
+        if FileManager.default.fileExists(atPath: files.leafKey.path) {
+            return SigningChain(
+                root: Array(try Data(contentsOf: files.root)), intermediate: Array(try Data(contentsOf: files.intermediate)),
+                leaf: Array(try Data(contentsOf: files.leaf)),
+                intermediateKey: try P256.Signing.PrivateKey(pemRepresentation: String(contentsOf: files.intermediateKey, encoding: .utf8)),
+                leafKey: try P256.Signing.PrivateKey(pemRepresentation: String(contentsOf: files.leafKey, encoding: .utf8)))
+        }
+        let chain = try create()
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try Data(chain.root).write(to: files.root, options: .atomic)
+        try Data(chain.intermediate).write(to: files.intermediate, options: .atomic)
+        try Data(chain.leaf).write(to: files.leaf, options: .atomic)
+        try Data(chain.intermediateKey.pemRepresentation.utf8).write(to: files.intermediateKey, options: .atomic)
+        // Written last: its presence says the directory is complete.
+        try Data(chain.leafKey.pemRepresentation.utf8).write(to: files.leafKey, options: .atomic)
+        return chain
+    }
+
+    private struct Files {
+        let directory: URL
+        var root: URL { directory.appending(path: SigningChain.rootFileName) }
+        var intermediate: URL { directory.appending(path: "intermediate.der") }
+        var leaf: URL { directory.appending(path: "leaf.der") }
+        var intermediateKey: URL { directory.appending(path: "intermediate-key.pem") }
+        var leafKey: URL { directory.appending(path: "leaf-key.pem") }
+    }
+
+    // MARK: Signing
+
+    /// A compact JWS of `payload` (JSON) as Apple makes them: header `{"alg":"ES256","x5c":[...]}`.
+    public func sign(_ payload: [UInt8], fault: Fault? = nil) throws -> String {
+        var leaf = self.leaf
+        var key = leafKey
+        switch fault {
+        case .wrongKey: key = P256.Signing.PrivateKey()
+        case .expiredLeaf: leaf = try makeLeaf(key: leafKey.publicKey, validUntil: Self.validFrom.addingTimeInterval(86_400))
+        case .missingOID: leaf = try makeLeaf(key: leafKey.publicKey, oid: nil)
+        case .tamperedPayload, nil: break
+        }
+        let x5c = [leaf, intermediate, root].map { "\"" + Data($0).base64EncodedString() + "\"" }.joined(separator: ",")
+        let header = Base64URL.encode(Array("{\"alg\":\"ES256\",\"x5c\":[\(x5c)]}".utf8))
+        let signingInput = header + "." + Base64URL.encode(payload)
+        let signature = try key.signature(for: Array(signingInput.utf8)).rawRepresentation
+        guard fault == .tamperedPayload else { return signingInput + "." + Base64URL.encode(signature) }
+        // The first digit of the payload is one more: the JSON stays valid, the signature does not.
+        var tampered = payload
+        if let digit = tampered.firstIndex(where: { (UInt8(ascii: "0")...UInt8(ascii: "8")).contains($0) }) { tampered[digit] += 1 }
+        return header + "." + Base64URL.encode(tampered) + "." + Base64URL.encode(signature)
+    }
+
+    private func makeLeaf(key: P256.Signing.PublicKey, validUntil: Date = Self.validUntil, oid: ASN1ObjectIdentifier? = Self.leafOID) throws -> [UInt8] {
+        let intermediate = try Certificate(derEncoded: self.intermediate)
+        let name = try DistinguishedName {
+            CommonName("receipt-reconciler Simulator Receipt Signing")
+            OrganizationName("receipt-reconciler simulator")
+        }
+        return try Self.der(try Self.certificate(
+            key: key, subject: name, issuer: intermediate.subject, issuerKey: intermediateKey, authority: false, oid: oid,
+            validUntil: validUntil))
+    }
+
+    private static func certificate(
+        key: P256.Signing.PublicKey, subject: DistinguishedName, issuer: DistinguishedName, issuerKey: P256.Signing.PrivateKey,
+        authority: Bool, oid: ASN1ObjectIdentifier?, validUntil: Date = validUntil
+    ) throws -> Certificate {
+        try Certificate(
+            version: .v3, serialNumber: Certificate.SerialNumber(), publicKey: .init(key),
+            notValidBefore: validFrom, notValidAfter: validUntil, issuer: issuer, subject: subject,
+            signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(authority ? BasicConstraints.isCertificateAuthority(maxPathLength: nil) : BasicConstraints.notCertificateAuthority)
+                if let oid {
+                    // Apple's marker extensions hold an ASN.1 NULL.
+                    Certificate.Extension(oid: oid, critical: false, value: [0x05, 0x00])
+                }
+            },
+            issuerPrivateKey: .init(issuerKey))
+    }
+
+    private static func der(_ certificate: Certificate) throws -> [UInt8] {
+        var serializer = DER.Serializer()
+        try serializer.serialize(certificate)
+        return serializer.serializedBytes
+    }
+}
