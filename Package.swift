@@ -73,12 +73,12 @@ let package = Package(
         .target(name: "Storage", dependencies: ["Postgres", "AppStoreModels", "Reconciliation", "CivilCalendar", "Hashing"]),
 
         // A run from start to report: the pipeline, safety limits, reports.
-        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "AppStoreModels", "Throttling", "Reconciliation", "ReportOutput", "CivilCalendar", "Postgres", "Locking", logging]),
+        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "AppStoreModels", "SignedData", "Throttling", "Reconciliation", "ReportOutput", "CivilCalendar", "Postgres", "Locking", logging]),
 
         // The executable: commands, wiring, logging, exit codes.
         .executableTarget(
             name: "receipt-reconciler",
-            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppStoreModels", "AppleSimulator", "CivilCalendar", "ReportOutput", "Reconciliation", "Storage", "Jobs", argumentParser, logging],
+            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "CivilCalendar", "ReportOutput", "Reconciliation", "Storage", "Jobs", argumentParser, logging],
             path: "Sources/ReceiptReconciler"
         ),
 
@@ -89,7 +89,7 @@ let package = Package(
         .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "CivilCalendar", "TestSupport"]),
         .testTarget(
             name: "JobsTests",
-            dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "Reconciliation", "Postgres", "TestSupport", logging],
+            dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "Reconciliation", "Postgres", "TestSupport", logging],
             exclude: ["Golden"]
         ),
     ]

@@ -108,9 +108,15 @@ public struct SigningChain: Sendable {
         let signingInput = header + "." + Base64URL.encode(payload)
         let signature = try key.signature(for: Array(signingInput.utf8)).rawRepresentation
         guard fault == .tamperedPayload else { return signingInput + "." + Base64URL.encode(signature) }
-        // The first digit of the payload is one more: the JSON stays valid, the signature does not.
+        // One character of the notificationUUID (else the first digit) changed: the JSON stays valid
+        // and every claim true, only the signature can tell.
         var tampered = payload
-        if let digit = tampered.firstIndex(where: { (UInt8(ascii: "0")...UInt8(ascii: "8")).contains($0) }) { tampered[digit] += 1 }
+        let marker = Array("\"notificationUUID\":\"".utf8)
+        let uuid = (0..<max(0, tampered.count - marker.count)).first { Array(tampered[$0..<($0 + marker.count)]) == marker }
+            .map { $0 + marker.count }
+        if let index = uuid ?? tampered.firstIndex(where: { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) {
+            tampered[index] = tampered[index] == UInt8(ascii: "a") ? UInt8(ascii: "b") : UInt8(ascii: "a")
+        }
         return header + "." + Base64URL.encode(tampered) + "." + Base64URL.encode(signature)
     }
 

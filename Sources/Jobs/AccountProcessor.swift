@@ -76,7 +76,7 @@ struct AccountProcessor: Sendable {
         var (updates, counts) = (updates, counts)
         let union = EntitlementRules.union(verified)
         var ledger = union.map {
-            LedgerEntry(accountId: work.accountId, transaction: $0.transaction, environment: $0.environment)
+            LedgerEntry(accountId: work.accountId, transaction: $0.transaction, environment: $0.environment, source: .verifyReceipt)
         }
         let isVerified = counts.outcome == .verified && !work.receipts.isEmpty
         // Rows the account's last full verification already wrote are not sent again (a backfill

@@ -4,16 +4,19 @@ import Foundation
 import Logging
 import Postgres
 import Reconciliation
+import SignedData
 import Storage
 
-/// Processes the stored App Store Server Notifications (contract section 8), oldest first, each
-/// in one transaction with its effects. Notifications are hints: they bring cancellations into
-/// the ledger and make the account's receipts due now, and Apple's verifyReceipt answer in the
-/// same run decides the entitlements.
+/// Processes the stored App Store Server Notifications, v1 (contract section 8) and V2 (section 9),
+/// oldest first, each in one transaction with its effects. Notifications are hints: they bring
+/// cancellations (and, from V2, prices) into the ledger and make the account's receipts due now,
+/// and Apple's answer in the same run decides the entitlements. Nothing of a V2 notification is
+/// used before every signed part of it has verified.
 struct NotificationProcessor: Sendable {
     var store: NotificationStore
     var ledger: ReconciliationStore
     var sharedSecret: String
+    var verifier: SignedDataVerifier
     /// Unmatched notifications are retried until they are this old, then given up.
     var maximumAge: Duration
     var logger: Logger
@@ -34,45 +37,116 @@ struct NotificationProcessor: Sendable {
                     }
                 }
                 // Claimed by another worker (another shard), or processed meanwhile.
-                guard let (type, outcome, account) = processed else { continue }
-                summary.notifications[type, default: [:]][outcome, default: 0] += 1
-                if type == "CONSUMPTION_REQUEST" && summary.consumptionRequests.count < 1_000 {
-                    summary.consumptionRequests.append("notification \(pending.id)" + (account.map { ", account \($0)" } ?? ""))
+                guard let result = processed else { continue }
+                summary.notifications[result.label, default: [:]][result.outcome, default: 0] += 1
+                if result.type == "CONSUMPTION_REQUEST" && summary.consumptionRequests.count < 1_000 {
+                    summary.consumptionRequests.append("notification \(pending.id)" + (result.account.map { ", account \($0)" } ?? ""))
+                }
+                if result.outcome == .rejected, let reason = result.reason, (summary.notificationsRejected?.count ?? 0) < 1_000 {
+                    summary.notificationsRejected = (summary.notificationsRejected ?? []) + ["notification \(pending.id): \(reason)"]
                 }
             }
         }
     }
 
-    /// One notification, in the caller's transaction: returns its type, outcome and account.
-    /// Locks are taken in a batch's order (receipts, then the ledger), so the two never deadlock.
-    private func process(_ pending: NotificationStore.Pending, runId: Int64, now: Date) async throws -> (String, NotificationOutcome, String?) {
+    /// How one notification came out.
+    struct Processed {
+        /// Apple's notificationType, where it could be read (and trusted).
+        var type: String
+        /// The report's row: the type, `v2 TYPE/SUBTYPE` for V2.
+        var label: String
+        var outcome: NotificationOutcome
+        var account: String?
+        var reason: String?
+    }
+
+    /// One notification, in the caller's transaction. Locks are taken in a batch's order
+    /// (receipts, then the ledger), so the two never deadlock.
+    private func process(_ pending: NotificationStore.Pending, runId: Int64, now: Date) async throws -> Processed {
+        let body = Array(pending.body.utf8)
+        if let signedPayload = NotificationV2Body.signedPayload(body) {
+            return try await processV2(pending, signedPayload: signedPayload, runId: runId, now: now)
+        }
         let notification: ServerNotification
         do {
-            notification = try ServerNotification.decode(Array(pending.body.utf8))
+            notification = try ServerNotification.decode(body)
         } catch {
-            try await store.mark(pending.id, outcome: .invalid, processed: true, accountId: nil, runId: runId, now: now)
+            try await store.mark(pending.id, outcome: .invalid, reason: "\(error)", processed: true, accountId: nil, runId: runId, now: now)
             logger.warning("notification.invalid", metadata: ["notification.id": "\(pending.id)", "notification.reason": "\(error)"])
-            return ("(none)", .invalid, nil)
+            return Processed(type: "(none)", label: "(none)", outcome: .invalid)
         }
         let type = notification.notificationType
         guard notification.passwordMatches(sharedSecret) else {
-            try await store.mark(pending.id, outcome: .rejected, processed: true, accountId: nil, runId: runId, now: now)
+            let reason = "the password is not the shared secret"
+            try await store.mark(pending.id, outcome: .rejected, reason: reason, processed: true, accountId: nil, runId: runId, now: now)
             logger.warning("notification.rejected", metadata: [
-                "notification.id": "\(pending.id)", "notification.type": "\(type)", "notification.reason": "the password is not the shared secret",
+                "notification.id": "\(pending.id)", "notification.type": "\(type)", "notification.reason": "\(reason)",
             ])
-            return (type, .rejected, nil)
+            return Processed(type: type, label: type, outcome: .rejected, reason: reason)
         }
-        guard let account = try await store.account(owning: notification.originalTransactionIds) else {
-            let givenUp = now.timeIntervalSince(pending.receivedAt) > maximumAge.timeInterval
-            try await store.mark(pending.id, outcome: .unmatched, processed: givenUp, accountId: nil, runId: runId, now: now)
-            return (type, .unmatched, nil)
+        guard let account = try await matchedAccount(pending, notification.originalTransactionIds, runId: runId, now: now) else {
+            return Processed(type: type, label: type, outcome: .unmatched)
         }
-        try await store.requestReverification(accountId: account, now: now)
         let environment = notification.appleEnvironment ?? .production
         try await ledger.upsertLedger(notification.unifiedReceipt.latestReceiptInfo.map {
-            LedgerEntry(accountId: account, transaction: $0, environment: environment)
+            LedgerEntry(accountId: account, transaction: $0, environment: environment, source: .notificationV1)
         })
         try await store.mark(pending.id, outcome: .applied, processed: true, accountId: account, runId: runId, now: now)
-        return (type, .applied, account)
+        return Processed(type: type, label: type, outcome: .applied, account: account)
+    }
+
+    /// A V2 notification (contract section 9): verified whole first, then as v1 with its one transaction.
+    private func processV2(_ pending: NotificationStore.Pending, signedPayload: String, runId: Int64, now: Date) async throws -> Processed {
+        let verified: VerifiedNotificationV2
+        do {
+            verified = try await verifier.verifyNotification(signedPayload: signedPayload)
+        } catch {
+            try await store.mark(pending.id, outcome: .rejected, reason: error.reason, processed: true, accountId: nil, runId: runId, now: now)
+            logger.warning("notification.rejected", metadata: [
+                "notification.id": "\(pending.id)", "notification.version": "2", "notification.reason": "\(error)",
+            ])
+            // Nothing of it is trusted, its type included.
+            return Processed(type: "(unverified)", label: "v2 (unverified)", outcome: .rejected, reason: error.reason)
+        }
+        let payload = verified.payload
+        let type = payload.notificationType
+        let label = "v2 " + type + (payload.subtype.map { "/" + $0 } ?? "")
+        if let uuid = payload.notificationUUID, try await store.wasProcessed(notificationUUID: uuid, except: pending.id) {
+            try await store.mark(pending.id, outcome: .duplicate, processed: true, accountId: nil, runId: runId, now: now)
+            return Processed(type: type, label: label, outcome: .duplicate)
+        }
+        let ids = [verified.transaction.map { $0.originalTransactionId ?? $0.transactionId }, verified.renewalInfo?.originalTransactionId]
+            .compactMap { $0 }
+        guard type != "TEST", !ids.isEmpty else {
+            try await store.mark(pending.id, outcome: .recorded, processed: true, accountId: nil, runId: runId, now: now)
+            return Processed(type: type, label: label, outcome: .recorded)
+        }
+        guard let account = try await matchedAccount(pending, ids, runId: runId, now: now) else {
+            return Processed(type: type, label: label, outcome: .unmatched)
+        }
+        if let transaction = verified.transaction {
+            let environment = AppleEnvironment(appleName: transaction.environment ?? payload.environment) ?? .production
+            let price = transaction.price.flatMap { milliunits in transaction.currency.map { Price(milliunits: milliunits, currency: $0) } }
+            try await ledger.upsertLedger([LedgerEntry(
+                accountId: account, transaction: transaction.ledgerTransaction, environment: environment, source: .notificationV2, price: price)])
+            // Only Apple's signed word clears a refund: a reversal whose transaction no longer carries one.
+            if type == "REFUND_REVERSED" && transaction.revocationDate == nil {
+                try await ledger.clearRevocation(transactionId: transaction.transactionId, source: .notificationV2)
+            }
+        }
+        try await store.mark(pending.id, outcome: .applied, processed: true, accountId: account, runId: runId, now: now)
+        return Processed(type: type, label: label, outcome: .applied, account: account)
+    }
+
+    /// The account owning one of these original transaction ids, made due now; nil (and the
+    /// notification left for later runs, or given up when too old) when none does.
+    private func matchedAccount(_ pending: NotificationStore.Pending, _ ids: [String], runId: Int64, now: Date) async throws -> String? {
+        guard let account = try await store.account(owning: ids) else {
+            let givenUp = now.timeIntervalSince(pending.receivedAt) > maximumAge.timeInterval
+            try await store.mark(pending.id, outcome: .unmatched, processed: givenUp, accountId: nil, runId: runId, now: now)
+            return nil
+        }
+        try await store.requestReverification(accountId: account, now: now)
+        return account
     }
 }

@@ -5,6 +5,7 @@ import Throttling
 import Logging
 import Postgres
 import Reconciliation
+import SignedData
 import Storage
 import Locking
 
@@ -136,6 +137,7 @@ public final class ReconciliationRun: Sendable {
                 try await ensureLockHeld(logger: logger)
                 let processor = NotificationProcessor(
                     store: NotificationStore(connection: connections.writer), ledger: writer, sharedSecret: sharedSecret,
+                    verifier: try SignedDataVerifier(configuration: options.signedDataConfiguration),
                     maximumAge: options.notificationMaximumAge, logger: logger)
                 try await processor.process(runId: summary.runId, now: now, summary: &summary)
                 try await writer.updateRun(summary)

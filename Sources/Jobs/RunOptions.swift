@@ -1,6 +1,7 @@
 import AppStore
 import Foundation
 import Reconciliation
+import SignedData
 import Storage
 import Throttling
 
@@ -31,6 +32,11 @@ public struct RunOptions: Sendable {
     /// Failed (final) receipts are tried again after this long.
     public var failedRetryAfter: Duration = .seconds(20 * 3600)
     public var reportDirectory: URL?
+    /// Trusted roots for Apple's signed data (DER): Apple Root CA - G3 unless
+    /// `--apple-root-certificate` replaces it.
+    public var appleRootCertificates: [[UInt8]] = [AppleRootCertificates.appleRootCAG3]
+    /// The app's Apple id (`APPSTORE_APP_APPLE_ID`): production V2 notifications must carry it.
+    public var appAppleId: Int64?
     /// Unmatched notifications are retried until this old.
     public var notificationMaximumAge: Duration = .seconds(7 * 86_400)
     /// Process server notifications before picking accounts (not in a dry run).
@@ -68,5 +74,12 @@ public struct RunLocked: Error, CustomStringConvertible {
 public struct RunLockLost: Error, CustomStringConvertible {
     public var description: String {
         "the connection holding the run lock was lost and another run holds the lock now: stopped before writing more"
+    }
+}
+
+extension RunOptions {
+    /// What Apple's signed data must match in this run (contract section 9).
+    public var signedDataConfiguration: SignedDataVerifier.Configuration {
+        SignedDataVerifier.Configuration(trustedRoots: appleRootCertificates, bundleIds: bundleIds, appAppleId: appAppleId)
     }
 }

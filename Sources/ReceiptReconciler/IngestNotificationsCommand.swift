@@ -6,12 +6,16 @@ import Storage
 struct IngestNotificationsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ingest-notifications",
-        abstract: "Stores App Store Server Notification (v1) bodies into iap.notifications, for apps that keep them elsewhere.",
+        abstract: "Stores App Store Server Notification bodies (v1 and V2) into iap.notifications, for apps that keep them elsewhere.",
         discussion: """
             Each FILE holds one JSON object, or JSON lines (one object per line); "-" or no FILE reads JSON \
             lines from stdin. Every input that parses as a JSON object is stored as received; each one that \
             does not is reported with its file and line number, and nothing of it is stored. Exits 0 when all \
             were stored, 1 when any was not. The next run processes what was stored.
+
+            A V2 body ({"signedPayload": ...}) that is already stored, byte for byte, is not stored again \
+            (Apple sends a notification again until the app server answers); it is counted as already \
+            stored. Nothing is verified here: every run verifies each V2 notification before using it.
             """
     )
 
@@ -25,20 +29,23 @@ struct IngestNotificationsCommand: AsyncParsableCommand {
         let logger = logging.bootstrap()
         var rejected: [String] = []
         var stored = 0
+        var alreadyStored = 0
         try await runReportingErrors(logger: logger) {
             let store = NotificationStore(connection: try await PostgresConnection.connect(try database.connectionString()))
             var pending: [(source: String, body: String)] = []
             func flush() async throws {
                 guard !pending.isEmpty else { return }
                 do {
-                    try await store.connection.withTransaction { _ in try await store.insert(bodies: pending.map(\.body)) }
-                    stored += pending.count
+                    let new = try await store.connection.withTransaction { _ in try await store.insert(bodies: pending.map(\.body)) }
+                    stored += new
+                    alreadyStored += pending.count - new
                 } catch let error as PostgresError where !error.isConnectionError {
                     // PostgreSQL refused something JSON allows (a \u0000 in a string): find which, keep the rest.
                     for item in pending {
                         do {
-                            try await store.insert(bodies: [item.body])
-                            stored += 1
+                            let new = try await store.insert(bodies: [item.body])
+                            stored += new
+                            alreadyStored += 1 - new
                         } catch let error as PostgresError where !error.isConnectionError {
                             rejected.append("\(item.source): PostgreSQL cannot store it as jsonb (\(error.message))")
                         }
@@ -71,7 +78,7 @@ struct IngestNotificationsCommand: AsyncParsableCommand {
             try await flush()
             await store.connection.close()
         }
-        print("Stored \(stored) notification(s).")
+        print("Stored \(stored) notification(s)." + (alreadyStored > 0 ? " \(alreadyStored) already stored, not stored again." : ""))
         for line in rejected { FileHandle.standardError.write(Data("not stored: \(line)\n".utf8)) }
         if !rejected.isEmpty {
             print("\(rejected.count) input(s) not stored: see stderr.")

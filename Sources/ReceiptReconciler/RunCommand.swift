@@ -32,7 +32,7 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = logging.bootstrap()
         try await runReportingErrors(logger: logger) {
-            try await executeRun(run.runOptions(kind: .nightly, selection: .due(staleAfter: staleAfter.duration)),
+            try await executeRun(try run.runOptions(kind: .nightly, selection: .due(staleAfter: staleAfter.duration)),
                                  common: run, database: database, logger: logger)
         }
     }
@@ -95,7 +95,7 @@ struct BackfillCommand: AsyncParsableCommand {
             let selection: AccountSelection.Kind = notificationsOnly ? .reverifyRequested : .backfill(
                 accounts: accounts, receiptIds: receiptIds, since: since.flatMap(parseTime), until: until.flatMap(parseTime),
                 products: products, all: all)
-            try await executeRun(run.runOptions(kind: .backfill, selection: selection), common: run, database: database, logger: logger)
+            try await executeRun(try run.runOptions(kind: .backfill, selection: selection), common: run, database: database, logger: logger)
         }
     }
 }

@@ -120,6 +120,11 @@ public enum RunReport {
                 text += "| \(type) | " + cells.joined(separator: " | ") + " |\n"
             }
             text += "\nUnmatched notifications are tried again by later runs until they are a week old (`--notification-max-age`).\n"
+            text += "V2 notifications are counted as `v2 TYPE` (`v2 TYPE/SUBTYPE`); every signed part of one is verified before it is used.\n"
+        }
+        if let rejected = summary.notificationsRejected, !rejected.isEmpty {
+            text += "\n## Rejected notifications (nothing of them was used)\n\n"
+            text += rejected.map { "- \($0)" }.joined(separator: "\n") + "\n"
         }
         if !summary.bundleMismatches.isEmpty {
             text += "\n## Receipts of another app (a fraud signal; Apple still decides)\n\n"

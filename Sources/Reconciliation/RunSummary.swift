@@ -14,6 +14,10 @@ public enum RunStatus: String, Sendable, Codable, CaseIterable {
 /// How a server notification was processed; its row's `outcome`.
 public enum NotificationOutcome: String, Sendable, Codable, CodingKeyRepresentable, CaseIterable {
     case applied, rejected, unmatched, invalid
+    /// Processed with nothing to apply: a V2 `TEST`, or a type that names no transaction.
+    case recorded
+    /// A V2 notification whose notificationUUID was applied already.
+    case duplicate
 }
 
 /// The counts of one run, as the report and `iap.reconciliation_runs` show them.
@@ -65,6 +69,9 @@ public struct RunSummary: Sendable, Codable, Equatable {
     public var notifications: [String: [NotificationOutcome: Int]] = [:]
     /// CONSUMPTION_REQUESTs: Apple waits for an answer this job cannot give.
     public var consumptionRequests: [String] = []
+    /// Notifications rejected, each with the check that failed (`jws_invalid: signature`). Optional
+    /// only so that summaries stored before V2 still decode.
+    public var notificationsRejected: [String]?
 
     /// Receipts of another app (`foreign_bundle`: a fraud signal), listed.
     public var bundleMismatches: [String] = []

@@ -74,27 +74,28 @@ public final class SignedDataVerifier: Sendable {
 
     /// A V2 notification with its signed transaction and renewal info, each verified.
     public func verifyNotification(signedPayload: String) async throws(SignedDataRejection) -> VerifiedNotificationV2 {
+        let examination = await examineNotification(signedPayload: signedPayload)
+        if let failed = examination.firstFailure { throw failed }
+        guard let payload = examination.notification.payload else { throw SignedDataRejection(check: .format, detail: "no payload") }
+        return VerifiedNotificationV2(
+            payload: payload, transaction: examination.transaction?.payload, renewalInfo: examination.renewalInfo?.payload)
+    }
+
+    /// Every check of a V2 notification's payload, and of the transaction and renewal info inside.
+    public func examineNotification(signedPayload: String) async -> NotificationExamination {
         let fallback = Self.innerSignedDate(of: signedPayload)
-        let payload = try await verify(signedPayload, as: NotificationV2Payload.self, environment: .either, signedDateFallback: fallback)
+        let notification = await examine(signedPayload, as: NotificationV2Payload.self, environment: .either, signedDateFallback: fallback)
         // The inner payloads must come from the environment the notification names.
-        let environment: ExpectedEnvironment = AppleEnvironment(appleName: payload.environment).map { .host($0) } ?? .either
-        var transaction: JWSTransaction?
-        var renewalInfo: JWSRenewalInfo?
-        do {
-            if let signed = payload.signedTransactionInfo {
-                transaction = try await verify(signed, as: JWSTransaction.self, environment: environment)
-            }
-        } catch {
-            throw error.within("signedTransactionInfo")
+        let environment: ExpectedEnvironment = AppleEnvironment(appleName: notification.payload?.environment).map { .host($0) } ?? .either
+        var transaction: SignedDataExamination<JWSTransaction>?
+        var renewalInfo: SignedDataExamination<JWSRenewalInfo>?
+        if let signed = notification.payload?.signedTransactionInfo {
+            transaction = await examine(signed, as: JWSTransaction.self, environment: environment)
         }
-        do {
-            if let signed = payload.signedRenewalInfo {
-                renewalInfo = try await verify(signed, as: JWSRenewalInfo.self, environment: environment)
-            }
-        } catch {
-            throw error.within("signedRenewalInfo")
+        if let signed = notification.payload?.signedRenewalInfo {
+            renewalInfo = await examine(signed, as: JWSRenewalInfo.self, environment: environment)
         }
-        return VerifiedNotificationV2(payload: payload, transaction: transaction, renewalInfo: renewalInfo)
+        return NotificationExamination(notification: notification, transaction: transaction, renewalInfo: renewalInfo)
     }
 
     /// A notification without a top-level `signedDate` is checked at its transaction's.
@@ -121,13 +122,13 @@ public final class SignedDataVerifier: Sendable {
             jws = try CompactJWS(text.trimmingCharacters(in: .whitespacesAndNewlines))
         } catch {
             record(.format, false, error.description)
-            return SignedDataExamination(results: results, payload: nil, notChecked: true)
+            return SignedDataExamination(results: results, payload: nil, payloadJSON: nil)
         }
         do {
             payload = try Payload(json: jws.payload)
         } catch {
             record(.format, false, "the payload is not a \(Payload.self): \(error)")
-            return SignedDataExamination(results: results, payload: nil, notChecked: true)
+            return SignedDataExamination(results: results, payload: nil, payloadJSON: jws.payload)
         }
         record(.format, true, "compact JWS, \(jws.header.certificateChain?.count ?? 0) certificate(s) in x5c")
         let algorithm = jws.header.algorithm ?? "(none)"
@@ -150,7 +151,7 @@ public final class SignedDataVerifier: Sendable {
 
         record(.signature, Self.signatureIsValid(jws, leafKey: chain.leafKey), chain.leafKey == nil ? "the leaf has no P-256 key" : "ES256 over header.payload with the leaf's key")
         checkClaims(claims, of: type, environment: environment, record: record)
-        return SignedDataExamination(results: results, payload: payload, notChecked: false)
+        return SignedDataExamination(results: results, payload: payload, payloadJSON: jws.payload)
     }
 
     private func checkClaims<Payload: SignedPayload>(
@@ -266,8 +267,8 @@ public struct SignedDataExamination<Payload: SignedPayload>: Sendable {
     public var results: [SignedDataCheckResult]
     /// Decoded whether or not the checks passed: trusted only when `firstFailure` is nil.
     public var payload: Payload?
-    /// The format failed, so the checks after it could not run.
-    var notChecked: Bool
+    /// The payload's JSON as signed, for showing its every field (`inspect`).
+    public var payloadJSON: [UInt8]?
 
     /// Each check in order; those that could not run (the format failed) as not passed.
     public var allResults: [SignedDataCheckResult] {
@@ -278,6 +279,19 @@ public struct SignedDataExamination<Payload: SignedPayload>: Sendable {
 
     public var firstFailure: SignedDataRejection? {
         results.first { !$0.passed }.map { SignedDataRejection(check: $0.check, detail: $0.detail) }
+    }
+}
+
+/// The checks of a V2 notification and of the signed parts inside it.
+public struct NotificationExamination: Sendable {
+    public var notification: SignedDataExamination<NotificationV2Payload>
+    public var transaction: SignedDataExamination<JWSTransaction>?
+    public var renewalInfo: SignedDataExamination<JWSRenewalInfo>?
+
+    /// The first failed check: the notification's own, then its transaction's, then its renewal info's.
+    public var firstFailure: SignedDataRejection? {
+        notification.firstFailure ?? transaction?.firstFailure?.within("signedTransactionInfo")
+            ?? renewalInfo?.firstFailure?.within("signedRenewalInfo")
     }
 }
 

@@ -26,7 +26,10 @@ public enum FinanceExport {
             WITH ledger AS (
                 SELECT t.*, COALESCE(p.type, CASE WHEN t.expires_date IS NOT NULL THEN 'auto_renewable' ELSE 'non_consumable' END)
                            AS product_type,
-                       p.price::text AS price, p.currency
+                       -- The transaction's own price where Apple's signed data gave it; the catalog's otherwise.
+                       CASE WHEN t.price_milliunits IS NOT NULL THEN trim_scale(t.price_milliunits::numeric / 1000)::text
+                            ELSE p.price::text END AS event_price,
+                       CASE WHEN t.price_milliunits IS NOT NULL THEN t.currency ELSE p.currency END AS event_currency
                 FROM iap.transactions t LEFT JOIN iap.products p USING (product_id)
                 WHERE \(includeSandbox) OR t.environment IS DISTINCT FROM 'Sandbox'
             ), events AS (
@@ -45,7 +48,7 @@ public enum FinanceExport {
             SELECT event, event_time, account_id, product_id, product_type, transaction_id, original_transaction_id,
                    web_order_line_item_id, purchase_date, expires_date, cancellation_date, cancellation_reason, quantity,
                    is_trial_period, is_in_intro_offer_period, offer_code_ref_name, promotional_offer_id, ownership_type,
-                   environment, price, currency
+                   environment, event_price AS price, event_currency AS currency
             FROM events ORDER BY event_time, transaction_id, event
             """, fetchSize: 5_000) { cursor in
             for try await batch in cursor {

@@ -11,12 +11,19 @@ public struct NotificationStore: Sendable {
         self.connection = connection
     }
 
-    /// Stores bodies as received (each one a JSON object), in one statement.
-    public func insert(bodies: [String]) async throws {
-        guard !bodies.isEmpty else { return }
-        try await connection.execute("""
-            INSERT INTO iap.notifications (body) SELECT b FROM unnest(\(PostgresTextArray(bodies))::jsonb[]) AS b
-            """)
+    /// Stores bodies as received (each one a JSON object), in one statement; returns how many
+    /// were new. A V2 body already stored (Apple sends one again until it is answered) is not
+    /// stored twice: its notificationUUID, read here unverified, and its bytes say so.
+    @discardableResult
+    public func insert(bodies: [String]) async throws -> Int {
+        guard !bodies.isEmpty else { return 0 }
+        let uuids = bodies.map { NotificationV2Body.unverifiedNotificationUUID(Array($0.utf8)) }
+        return try await connection.query("""
+            INSERT INTO iap.notifications (body, notification_uuid)
+            SELECT b, u FROM unnest(\(PostgresTextArray(bodies))::jsonb[], \(PostgresTextArray(uuids))::text[]) AS n (b, u)
+            ON CONFLICT DO NOTHING
+            RETURNING 1
+            """).count
     }
 
     public struct Pending: Sendable {
@@ -60,13 +67,24 @@ public struct NotificationStore: Sendable {
             """).first.map { try $0.decode("account_id") }
     }
 
-    /// Records an outcome; `processed` false leaves it for a later run (unmatched, not given up).
-    public func mark(_ id: Int64, outcome: NotificationOutcome, processed: Bool, accountId: String?, runId: Int64?, now: Date) async throws {
+    /// Records an outcome and why; `processed` false leaves it for a later run (unmatched, not given up).
+    public func mark(
+        _ id: Int64, outcome: NotificationOutcome, reason: String? = nil, processed: Bool, accountId: String?, runId: Int64?, now: Date
+    ) async throws {
         try await connection.execute("""
-            UPDATE iap.notifications SET outcome = \(outcome.rawValue), account_id = \(accountId), run_id = \(runId),
+            UPDATE iap.notifications SET outcome = \(outcome.rawValue), reason = \(reason), account_id = \(accountId), run_id = \(runId),
                 processed_at = CASE WHEN \(processed) THEN \(now)::timestamptz ELSE NULL END
             WHERE id = \(id)
             """)
+    }
+
+    /// Whether another notification with this notificationUUID was applied or recorded already.
+    public func wasProcessed(notificationUUID: String, except id: Int64) async throws -> Bool {
+        try await !connection.query("""
+            SELECT 1 FROM iap.notifications
+            WHERE notification_uuid = \(notificationUUID) AND id <> \(id) AND outcome IN ('applied', 'recorded') AND processed_at IS NOT NULL
+            LIMIT 1
+            """).isEmpty
     }
 
     /// Makes every receipt of the account due now, and its ledger written again by that run

@@ -217,7 +217,7 @@ public struct ReconciliationStore: Sendable {
                 transaction_id, account_id, original_transaction_id, product_id, purchase_date, original_purchase_date,
                 expires_date, cancellation_date, cancellation_reason, is_upgraded, is_trial_period,
                 is_in_intro_offer_period, quantity, web_order_line_item_id, subscription_group_identifier,
-                offer_code_ref_name, promotional_offer_id, ownership_type, environment)
+                offer_code_ref_name, promotional_offer_id, ownership_type, environment, price_milliunits, currency, source)
             SELECT * FROM unnest(
                 \(PostgresTextArray(transactions.map(\.transactionId)))::text[],
                 \(PostgresTextArray(unique.map(\.accountId)))::text[],
@@ -237,7 +237,10 @@ public struct ReconciliationStore: Sendable {
                 \(PostgresTextArray(transactions.map(\.offerCodeRefName)))::text[],
                 \(PostgresTextArray(transactions.map(\.promotionalOfferId)))::text[],
                 \(PostgresTextArray(transactions.map(\.inAppOwnershipType)))::text[],
-                \(PostgresTextArray(unique.map(\.environment.rawValue)))::text[])
+                \(PostgresTextArray(unique.map(\.environment.rawValue)))::text[],
+                \(PostgresTextArray(unique.map(\.price?.milliunits)))::bigint[],
+                \(PostgresTextArray(unique.map(\.price?.currency)))::text[],
+                \(PostgresTextArray(unique.map(\.source.rawValue)))::text[])
             ON CONFLICT (transaction_id) DO UPDATE SET
                 original_transaction_id       = COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
                 purchase_date                 = COALESCE(EXCLUDED.purchase_date, t.purchase_date),
@@ -255,11 +258,15 @@ public struct ReconciliationStore: Sendable {
                 promotional_offer_id          = COALESCE(EXCLUDED.promotional_offer_id, t.promotional_offer_id),
                 ownership_type                = COALESCE(EXCLUDED.ownership_type, t.ownership_type),
                 environment                   = COALESCE(EXCLUDED.environment, t.environment),
+                price_milliunits              = COALESCE(EXCLUDED.price_milliunits, t.price_milliunits),
+                currency                      = COALESCE(EXCLUDED.currency, t.currency),
+                source                        = EXCLUDED.source,
                 updated_at                    = now()
             WHERE (t.original_transaction_id, t.purchase_date, t.original_purchase_date, t.expires_date,
                    t.cancellation_date, t.cancellation_reason, t.is_upgraded, t.is_trial_period,
                    t.is_in_intro_offer_period, t.quantity, t.web_order_line_item_id, t.subscription_group_identifier,
-                   t.offer_code_ref_name, t.promotional_offer_id, t.ownership_type, t.environment)
+                   t.offer_code_ref_name, t.promotional_offer_id, t.ownership_type, t.environment,
+                   t.price_milliunits, t.currency)
                IS DISTINCT FROM
                   (COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
                    COALESCE(EXCLUDED.purchase_date, t.purchase_date),
@@ -274,7 +281,17 @@ public struct ReconciliationStore: Sendable {
                    COALESCE(EXCLUDED.subscription_group_identifier, t.subscription_group_identifier),
                    COALESCE(EXCLUDED.offer_code_ref_name, t.offer_code_ref_name),
                    COALESCE(EXCLUDED.promotional_offer_id, t.promotional_offer_id),
-                   COALESCE(EXCLUDED.ownership_type, t.ownership_type), COALESCE(EXCLUDED.environment, t.environment))
+                   COALESCE(EXCLUDED.ownership_type, t.ownership_type), COALESCE(EXCLUDED.environment, t.environment),
+                   COALESCE(EXCLUDED.price_milliunits, t.price_milliunits), COALESCE(EXCLUDED.currency, t.currency))
+            """)
+    }
+
+    /// Clears a transaction's refund: only when Apple's signed data says it was reversed (a V2
+    /// REFUND_REVERSED whose signed transaction has no revocationDate). Other writes never clear one.
+    public func clearRevocation(transactionId: String, source: LedgerSource) async throws {
+        try await connection.execute("""
+            UPDATE iap.transactions SET cancellation_date = NULL, cancellation_reason = NULL, source = \(source.rawValue), updated_at = now()
+            WHERE transaction_id = \(transactionId) AND (cancellation_date IS NOT NULL OR cancellation_reason IS NOT NULL)
             """)
     }
 

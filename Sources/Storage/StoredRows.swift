@@ -71,11 +71,17 @@ public struct LedgerEntry: Sendable {
     public var accountId: String
     public var transaction: Transaction
     public var environment: AppleEnvironment
+    /// Who wrote the row: `iap.transactions.source`.
+    public var source: LedgerSource
+    /// The transaction's own price, where Apple's signed data gave it.
+    public var price: Price?
 
-    public init(accountId: String, transaction: Transaction, environment: AppleEnvironment) {
+    public init(accountId: String, transaction: Transaction, environment: AppleEnvironment, source: LedgerSource, price: Price? = nil) {
         self.accountId = accountId
         self.transaction = transaction
         self.environment = environment
+        self.source = source
+        self.price = price
     }
 
     /// FNV-1a (64 bits) over every column the ledger upsert writes, in order: the same rows give
@@ -108,8 +114,29 @@ public struct LedgerEntry: Sendable {
             mix(transaction.offerCodeRefName)
             mix(transaction.promotionalOfferId)
             mix(transaction.inAppOwnershipType)
+            mix(entry.price?.milliunits)
+            mix(entry.price?.currency)
         }
         return Int64(bitPattern: hash.value)
+    }
+}
+
+/// Which of Apple's sources wrote a ledger row last.
+public enum LedgerSource: String, Sendable, CaseIterable {
+    case verifyReceipt = "verify_receipt"
+    case notificationV1 = "notification_v1"
+    case notificationV2 = "notification_v2"
+    case serverAPI = "server_api"
+}
+
+/// A price as signed transactions give it: milliunits of an ISO 4217 currency (990 EUR is 0.99 EUR).
+public struct Price: Sendable, Equatable {
+    public var milliunits: Int64
+    public var currency: String
+
+    public init(milliunits: Int64, currency: String) {
+        self.milliunits = milliunits
+        self.currency = currency
     }
 }
 

@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import Postgres
 import Reconciliation
+import SignedData
 @testable import Storage
 import Testing
 import TestSupport
@@ -384,7 +385,8 @@ extension RunWorld {
             let connection = try await world.database.connect()
             let processor = NotificationProcessor(
                 store: NotificationStore(connection: connection), ledger: ReconciliationStore(connection: connection),
-                sharedSecret: world.secret, maximumAge: .seconds(86_400), logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+                sharedSecret: world.secret,
+                verifier: try SignedDataVerifier(configuration: .init(bundleIds: [])), maximumAge: .seconds(86_400), logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
             async let processing: RunSummary = {
                 var summary = RunSummary()
                 try await processor.process(runId: runId, now: world.now, summary: &summary)

@@ -1,0 +1,98 @@
+import AppStoreModels
+import CivilCalendar
+import Foundation
+import SignedData
+
+/// What `inspect` shows of signed data: each signed part's fields and every check with its result.
+struct SignedDataInspection {
+    /// One JWS: its kind, its fields as signed, its checks.
+    struct Part {
+        var name: String
+        var fields: [String: Any]
+        var checks: [SignedDataCheckResult]
+    }
+
+    var parts: [Part]
+
+    var allPassed: Bool { parts.allSatisfy { $0.checks.allSatisfy(\.passed) } }
+
+    /// The compact JWS in a file: the text itself, or the `signedPayload` of a V2 body.
+    static func signedData(in bytes: [UInt8]) -> String? {
+        if let signed = NotificationV2Body.signedPayload(bytes) { return signed }
+        let text = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        // Three parts of base64url whose first decodes to a JSON object: a JWS, however it is written.
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let header = Base64URL.decode(Array(parts[0].utf8)),
+              header.first(where: { ![0x20, 0x0A, 0x0D, 0x09].contains($0) }) == UInt8(ascii: "{") else { return nil }
+        return text
+    }
+
+    static func inspect(_ jws: String, verifier: SignedDataVerifier) async -> SignedDataInspection {
+        let payload = (try? CompactJWS(jws)).map(\.payload) ?? []
+        let object = (try? JSONSerialization.jsonObject(with: Data(payload))) as? [String: Any] ?? [:]
+        if object["notificationType"] != nil {
+            let examination = await verifier.examineNotification(signedPayload: jws)
+            var parts = [part("notification", examination.notification)]
+            if let transaction = examination.transaction { parts.append(part("signedTransactionInfo", transaction)) }
+            if let renewal = examination.renewalInfo { parts.append(part("signedRenewalInfo", renewal)) }
+            return SignedDataInspection(parts: parts)
+        }
+        if object["transactionId"] != nil {
+            return SignedDataInspection(parts: [part("transaction", await verifier.examine(jws, as: JWSTransaction.self, environment: .either))])
+        }
+        return SignedDataInspection(parts: [part("renewal info", await verifier.examine(jws, as: JWSRenewalInfo.self, environment: .either))])
+    }
+
+    private static func part<Payload>(_ name: String, _ examination: SignedDataExamination<Payload>) -> Part {
+        let fields = examination.payloadJSON.flatMap { try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] } ?? [:]
+        return Part(name: name, fields: fields, checks: examination.allResults)
+    }
+
+    // MARK: Output
+
+    func text() -> String {
+        var text = ""
+        for part in parts {
+            text += "\(part.name)\n"
+            let fields = Self.flatten(part.fields).filter { !$0.key.hasSuffix("signedTransactionInfo") && !$0.key.hasSuffix("signedRenewalInfo") }
+            let width = fields.map(\.key.count).max() ?? 0
+            for (key, value) in fields {
+                text += "  " + key.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + Self.display(key: key, value) + "\n"
+            }
+            text += "  checks\n"
+            for check in part.checks {
+                text += "    " + (check.passed ? "pass" : "FAIL") + "  " + check.check.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0)
+                    + check.detail + "\n"
+            }
+            text += "\n"
+        }
+        text += allPassed ? "Every check passed.\n" : "A check failed: a run would not use this data.\n"
+        return text
+    }
+
+    func json() -> String {
+        let parts = self.parts.map { part -> [String: Any] in
+            ["part": part.name, "fields": part.fields,
+             "checks": part.checks.map { ["name": $0.check.rawValue, "passed": $0.passed, "detail": $0.detail] }]
+        }
+        let document: [String: Any] = ["passed": allPassed, "parts": parts]
+        let data = (try? JSONSerialization.data(withJSONObject: document, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])) ?? Data()
+        return String(decoding: data, as: UTF8.self) + "\n"
+    }
+
+    /// Nested objects (`data` of a notification) as dotted keys, sorted.
+    private static func flatten(_ object: [String: Any], prefix: String = "") -> [(key: String, value: Any)] {
+        object.sorted { $0.key < $1.key }.flatMap { key, value -> [(key: String, value: Any)] in
+            if let nested = value as? [String: Any] { return flatten(nested, prefix: prefix + key + ".") }
+            return [(prefix + key, value)]
+        }
+    }
+
+    /// Milliseconds since 1970 shown with their time as well.
+    private static func display(key: String, _ value: Any) -> String {
+        if key.hasSuffix("Date"), let number = value as? NSNumber {
+            return "\(number) (\(Timestamp.format(Date(milliseconds: number.int64Value))))"
+        }
+        return "\(value)"
+    }
+}
