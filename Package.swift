@@ -43,6 +43,8 @@ let package = Package(
 
         // scripts/bench-json: the hand-written reader against JSONDecoder on real answers.
         .executableTarget(name: "bench-json", dependencies: ["AppStoreModels"]),
+        // scripts/bench-signed-data: the cost of one verification of Apple's signed data.
+        .executableTarget(name: "bench-signed-data", dependencies: ["AppStoreModels", "SignedData"]),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-migrations"]),
         .target(name: "SchemaMigrations", dependencies: ["Postgres", "Hashing", logging], plugins: ["EmbedMigrations"]),
 

@@ -29,12 +29,15 @@ public struct CompactJWS: Sendable {
     /// `x5c` holds more certificates than this only in a hostile header.
     public static let maximumChainLength = 8
 
-    public init(_ text: some StringProtocol) throws(Malformed) {
-        let utf8 = text.utf8
+    /// Splits `text` (surrounding ASCII white space ignored) and decodes its three parts.
+    public init(_ text: String) throws(Malformed) {
+        var utf8 = Array(text.utf8)
         guard utf8.count <= Self.maximumSize else {
             throw Malformed(description: "\(utf8.count) bytes, more than the \(Self.maximumSize) a signed payload may have")
         }
-        let parts = utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        while let last = utf8.last, Self.isWhitespace(last) { utf8.removeLast() }
+        let start = utf8.firstIndex { !Self.isWhitespace($0) } ?? utf8.endIndex
+        let parts = utf8[start...].split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 3 else {
             throw Malformed(description: "\(parts.count) part(s) separated by dots, a compact JWS has 3")
         }
@@ -55,6 +58,10 @@ public struct CompactJWS: Sendable {
         self.payload = payload
         self.signature = signature
         self.signingInput = Array(utf8[parts[0].startIndex..<parts[1].endIndex])
+    }
+
+    private static func isWhitespace(_ byte: UInt8) -> Bool {
+        byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09
     }
 
     /// The certificates of `x5c`, DER, leaf first; nil if one is not base64.
@@ -94,7 +101,7 @@ extension CompactJWS.Header {
 
 /// base64url without padding (RFC 7515 section 2), padding tolerated.
 public enum Base64URL {
-    public static func decode(_ text: some Collection<UInt8>) -> [UInt8]? {
+    public static func decode(_ text: ArraySlice<UInt8>) -> [UInt8]? {
         var standard = [UInt8]()
         standard.reserveCapacity(text.count + 3)
         for byte in text {
@@ -108,6 +115,10 @@ public enum Base64URL {
         while standard.last == UInt8(ascii: "=") { standard.removeLast() }
         while standard.count % 4 != 0 { standard.append(UInt8(ascii: "=")) }
         return Data(base64Encoded: Data(standard)).map(Array.init)
+    }
+
+    public static func decode(_ text: [UInt8]) -> [UInt8]? {
+        decode(text[...])
     }
 
     public static func encode(_ bytes: some Collection<UInt8>) -> String {

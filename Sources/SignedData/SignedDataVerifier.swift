@@ -119,7 +119,7 @@ public final class SignedDataVerifier: Sendable {
         let jws: CompactJWS
         let payload: Payload
         do {
-            jws = try CompactJWS(text.trimmingCharacters(in: .whitespacesAndNewlines))
+            jws = try CompactJWS(text)
         } catch {
             record(.format, false, error.description)
             return SignedDataExamination(results: results, payload: nil, payloadJSON: nil)

@@ -1,0 +1,76 @@
+import AppleSimulator
+import Foundation
+import Testing
+import TestSupport
+
+/// `inspect` and `ingest-notifications` on signed data, run as the real executable.
+@Suite struct SignedDataCLITests {
+    static func fixture(_ path: String) -> String {
+        TestPaths.fixtures.appending(path: "asapi/" + path).path
+    }
+
+    /// The environment of a shell that configured nothing of the app.
+    static let bare = ["APPSTORE_BUNDLE_ID": "", "APPLE_BUNDLE_ID": "", "APPSTORE_APP_APPLE_ID": ""]
+
+    @Test func inspectShowsEveryCheckOfARealNotificationAndItsSignedParts() async throws {
+        let result = try await CLIProcess.run(
+            ["inspect", "--bundle-id", "com.audaos.audarecorder", Self.fixture("real/gopay-notificationV2Body-DID_RENEW-sandbox.json")],
+            environment: Self.bare)
+        #expect(result.status == 0)
+        #expect(result.stdout.components(separatedBy: "pass  signature").count - 1 == 3)  // payload, transaction, renewal info
+        #expect(result.stdout.contains("transactionId                2000000004047119"))
+        #expect(result.stdout.contains("validity     every certificate valid at the transaction's signedDate 2022-03-04T09:43:28.254Z"))
+        #expect(result.stdout.hasSuffix("Every check passed.\n"))
+    }
+
+    @Test func inspectJSONNamesEachCheckAndExitsOneWhenOneFails() async throws {
+        let result = try await CLIProcess.run(
+            ["inspect", "--json", "--bundle-id", "com.example", Self.fixture("real/negative/mimo-real-chain-header-rewritten-alg-HS256.txt")],
+            environment: Self.bare)
+        #expect(result.status == 1)
+        let document = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        #expect(document["passed"] as? Bool == false)
+        let checks = try #require(((document["parts"] as? [[String: Any]])?.first?["checks"]) as? [[String: Any]])
+        #expect(checks.map { $0["name"] as? String } == ["format", "algorithm", "chain", "oid", "validity", "signature", "bundle", "app_apple_id", "environment"])
+        let failed = checks.filter { $0["passed"] as? Bool == false }.compactMap { $0["name"] as? String }
+        #expect(failed == ["algorithm", "signature"])
+    }
+
+    @Test func inspectUsesTheRunsConfiguration() async throws {
+        let vector = Self.fixture("apple-lib/swift/mock_signed_data/testNotification")
+        // Apple's test vector: its root must be given; the bundle id comes from the environment.
+        let trusted = try await CLIProcess.run(
+            ["inspect", "--apple-root-certificate", Self.fixture("apple-lib/swift/certs/testCA.der"), vector],
+            environment: ["APPSTORE_BUNDLE_ID": "com.example", "APPLE_BUNDLE_ID": ""])
+        #expect(trusted.status == 0)
+        let builtIn = try await CLIProcess.run(["inspect", vector], environment: ["APPSTORE_BUNDLE_ID": "com.example", "APPLE_BUNDLE_ID": ""])
+        #expect(builtIn.status == 1)
+        #expect(builtIn.stdout.contains("FAIL  chain"))
+        let noBundle = try await CLIProcess.run(
+            ["inspect", "--apple-root-certificate", Self.fixture("apple-lib/java-certs/testCA.pem"), vector], environment: Self.bare)
+        #expect(noBundle.status == 1)
+        #expect(noBundle.stdout.contains("FAIL  bundle       no bundle id is configured"))
+        let notACertificate = try await CLIProcess.run(
+            ["inspect", "--apple-root-certificate", Self.fixture("PROVENANCE.md"), vector], environment: Self.bare)
+        #expect(notACertificate.status == 2)
+        #expect(notACertificate.stderr.contains("trusted root 1 is not a DER X.509 certificate"))
+    }
+
+    @Test func ingestingTheSameV2BodyTwiceStoresItOnce() async throws {
+        try await RunWorld.with("ingest-v2") { world in
+            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
+            let chain = try SigningChain.create()
+            let body = try SignedNotifications(chain: chain).body(forSpec: Array(#"{"notificationType":"TEST","data":{"bundleId":"com.example.app","environment":"Sandbox"}}"#.utf8))
+            let input = world.reportRoot.appending(path: "v2.jsonl")
+            try [body, body].joined(separator: "\n").write(to: input, atomically: true, encoding: .utf8)
+            let environment = ["DATABASE_URL": world.database.connectionString]
+            let first = try await CLIProcess.run(["ingest-notifications", input.path], environment: environment)
+            #expect(first.status == 0)
+            #expect(first.stdout.contains("Stored 1 notification(s). 1 already stored, not stored again."))
+            let again = try await CLIProcess.run(["ingest-notifications", input.path], environment: environment)
+            #expect(again.status == 0)
+            #expect(again.stdout.contains("Stored 0 notification(s). 2 already stored"))
+            #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE notification_uuid IS NOT NULL") == 1)
+        }
+    }
+}
