@@ -27,7 +27,7 @@ let package = Package(
         // A lock the thread sanitizer understands, shared by the modules below.
         .target(name: "Locking"),
 
-        // FNV-1a, the one stable checksum (migrations, the ledger digest).
+        // FNV-1a, the one stable checksum (migrations, the ledger digest); SplitMix64, the one seedable generator.
         .target(name: "Hashing"),
 
         // Dates as text, the one owner: every timestamp written or read, by hand (no DateFormatter).
@@ -80,14 +80,14 @@ let package = Package(
         // The executable: commands, wiring, logging, exit codes.
         .executableTarget(
             name: "receipt-reconciler",
-            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "CivilCalendar", "ReportOutput", "Reconciliation", "Storage", "Jobs", argumentParser, logging],
+            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "Hashing", "CivilCalendar", "ReportOutput", "Reconciliation", "Storage", "Jobs", argumentParser, logging],
             path: "Sources/ReceiptReconciler"
         ),
 
         .target(name: "TestSupport", dependencies: ["Postgres", "HTTP"], path: "Tests/TestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport"]),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "AppStoreModels", "Throttling", "HTTP", "TestSupport"]),
-        .testTarget(name: "SignedDataTests", dependencies: ["SignedData", "AppStoreModels", "AppleSimulator", "TestSupport"]),
+        .testTarget(name: "SignedDataTests", dependencies: ["SignedData", "AppStoreModels", "AppleSimulator", "Hashing", "TestSupport"]),
         .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "CivilCalendar", "TestSupport"]),
         .testTarget(
             name: "JobsTests",

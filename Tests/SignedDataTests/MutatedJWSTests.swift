@@ -1,6 +1,7 @@
 import AppStoreModels
 import AppleSimulator
 import Foundation
+import Hashing
 import SignedData
 import Testing
 import TestSupport
@@ -8,17 +9,6 @@ import TestSupport
 /// Mutated JWS (truncated, extra dots, bad base64url, huge x5c, payloads that are not JSON) never
 /// crash the verifier and are never accepted. Seeded: `RR_FUZZ_SEED=N` replays a failure.
 @Suite struct MutatedJWSTests {
-    struct SplitMix64: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     static func mutate(_ jws: String, using random: inout SplitMix64) -> String {
         var parts = jws.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
         switch Int.random(in: 0..<8, using: &random) {
@@ -54,7 +44,7 @@ import TestSupport
 
     @Test func mutatedJWSAreRejectedAndNothingCrashes() async throws {
         let seed = ProcessInfo.processInfo.environment["RR_FUZZ_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 0...UInt64.max)
-        var random = SplitMix64(state: seed)
+        var random = SplitMix64(seed: seed)
         let chain = try SigningChain.create()
         let verifier = try SignedDataVerifier(configuration: .init(
             trustedRoots: [AppleRootCertificates.appleRootCAG3, chain.root], bundleIds: ["com.example.app", "com.goodheartapp"], appAppleId: 1))
