@@ -84,9 +84,9 @@ let package = Package(
             path: "Sources/ReceiptReconciler"
         ),
 
-        .target(name: "TestSupport", dependencies: ["Postgres", "HTTP"], path: "Tests/TestSupport"),
-        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport"]),
-        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "AppStoreModels", "Throttling", "HTTP", "TestSupport"]),
+        .target(name: "TestSupport", dependencies: ["Postgres", "HTTP", logging], path: "Tests/TestSupport"),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport", logging]),
+        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "AppStoreModels", "Throttling", "HTTP", "TestSupport", logging]),
         .testTarget(name: "SignedDataTests", dependencies: ["SignedData", "AppStoreModels", "AppleSimulator", "Hashing", "TestSupport"]),
         .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "CivilCalendar", "TestSupport"]),
         .testTarget(

@@ -45,7 +45,7 @@ public final class VerifyReceiptClient: Sendable {
     public init(
         endpoints: Endpoints, sharedSecret: String?, policy: VerificationPolicy = VerificationPolicy(),
         concurrency: Int = 64, requestsPerSecond: Double? = nil, maximumConnectionsPerHost: Int? = nil,
-        stormGate: StormGate = StormGate(), logger: Logger = Logger(label: "receipt-reconciler.apple")
+        stormGate: StormGate = StormGate(), logger: Logger
     ) {
         self.stormGate = stormGate
         http = HTTPClient(configuration: .init(maximumConnectionsPerHost: maximumConnectionsPerHost ?? concurrency))

@@ -31,7 +31,7 @@ public struct Migrator: Sendable {
     public var migrations: [Migration]
     public var logger: Logger
 
-    public init(migrations: [Migration] = Migration.bundled, logger: Logger = Logger(label: "receipt-reconciler.migrate")) {
+    public init(migrations: [Migration] = Migration.bundled, logger: Logger) {
         self.migrations = migrations
         self.logger = logger
     }

@@ -1,3 +1,4 @@
+import Logging
 import AppStore
 import AppStoreModels
 import Foundation
@@ -17,7 +18,7 @@ import TestSupport
                        connections: Int? = nil, secret: String? = secret) -> VerifyReceiptClient {
         VerifyReceiptClient(
             endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL),
-            sharedSecret: secret, policy: policy, concurrency: concurrency, maximumConnectionsPerHost: connections)
+            sharedSecret: secret, policy: policy, concurrency: concurrency, maximumConnectionsPerHost: connections, logger: .quiet)
     }
 
     static func scenario(_ receipts: [String: [String: Any]], latency: Int = 0) -> [String: Any] {
@@ -270,7 +271,7 @@ import TestSupport
         let simulator = try SimulatorProcess(scenario: Self.scenario(["paced": ["generate": Self.answer]]))
         let client = VerifyReceiptClient(
             endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: Self.secret,
-            policy: Self.fastPolicy, concurrency: 50, requestsPerSecond: 20)
+            policy: Self.fastPolicy, concurrency: 50, requestsPerSecond: 20, logger: .quiet)
         defer { client.shutdown() }
         let started = ContinuousClock.now
         let outcomes = await withTaskGroup(of: String.self) { group in
@@ -363,7 +364,7 @@ import TestSupport
         let client = VerifyReceiptClient(
             endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: "s",
             policy: VerificationPolicy(maximumAttempts: 2, backoff: Backoff(base: .milliseconds(1), maximum: .milliseconds(2))),
-            concurrency: 40, stormGate: gate)
+            concurrency: 40, stormGate: gate, logger: .quiet)
         defer { client.shutdown() }
         let started = ContinuousClock.now
         let outcomes = await withTaskGroup(of: String.self) { group in

@@ -17,7 +17,7 @@ import TestSupport
             await admin.close()
             let url = cluster.adminConnectionString.replacingOccurrences(of: "dbname=postgres", with: "dbname=restarted")
             let connection = try await PostgresConnection.connect(url)
-            try await Migrator(logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })).migrate(connection)
+            try await Migrator(logger: .quiet).migrate(connection)
             // The same accounts in both worlds; the restarted one answers slowly so the restart lands mid-run.
             try await OperationsTests.populate(calm, count: 200)
             let receipts = try await calm.connection.query("SELECT account_id, latest_receipt FROM iap.app_receipts ORDER BY id")

@@ -1,3 +1,4 @@
+import Logging
 import Foundation
 import Postgres
 import SchemaMigrations
@@ -66,7 +67,7 @@ import TestSupport
     @Test func novemberWithoutSandbox() async throws {
         let database = try await TestDatabase.create("finance")
         let connection = try await database.connect()
-        try await Migrator().migrate(connection)
+        try await Migrator(logger: .quiet).migrate(connection)
         try await Self.populate(connection)
         let csv = try await Self.export(connection, from: "2026-11-01T00:00:00Z", to: "2026-12-01T00:00:00Z", includeSandbox: false)
         try Self.compare(csv, golden: "finance-2026-11.csv")
@@ -84,7 +85,7 @@ import TestSupport
     @Test func novemberWithSandbox() async throws {
         let database = try await TestDatabase.create("financesandbox")
         let connection = try await database.connect()
-        try await Migrator().migrate(connection)
+        try await Migrator(logger: .quiet).migrate(connection)
         try await Self.populate(connection)
         let csv = try await Self.export(connection, from: "2026-11-01T00:00:00Z", to: "2026-12-01T00:00:00Z", includeSandbox: true)
         try Self.compare(csv, golden: "finance-2026-11-with-sandbox.csv")

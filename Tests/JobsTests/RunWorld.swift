@@ -45,7 +45,7 @@ final class RunWorld: @unchecked Sendable {
     static func make(_ label: String, scenario: [String: Any] = [:], now: Date = Date()) async throws -> RunWorld {
         let database = try await TestDatabase.create(label)
         let connection = try await database.connect()
-        try await Migrator(logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })).migrate(connection)
+        try await Migrator(logger: .quiet).migrate(connection)
         var scenario = scenario
         scenario["shared_secret"] = "world-secret"
         return RunWorld(database: database, connection: connection, simulator: try SimulatorProcess(scenario: scenario), now: now)
@@ -116,10 +116,10 @@ final class RunWorld: @unchecked Sendable {
         let simulator = apple ?? self.simulator
         let client = VerifyReceiptClient(
             endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: secret,
-            policy: options.policy, concurrency: options.concurrency)
+            policy: options.policy, concurrency: options.concurrency, logger: .quiet)
         defer { client.shutdown() }
         let run = ReconciliationRun(options: options, connections: connections, client: client, sharedSecret: secret,
-                                    logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+                                    logger: .quiet)
         let result = try await run.run()
         await connections.lock.close()
         await connections.reader.close()

@@ -386,7 +386,7 @@ extension RunWorld {
             let processor = NotificationProcessor(
                 store: NotificationStore(connection: connection), ledger: ReconciliationStore(connection: connection),
                 sharedSecret: world.secret,
-                verifier: try SignedDataVerifier(configuration: .init(bundleIds: [])), maximumAge: .seconds(86_400), logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+                verifier: try SignedDataVerifier(configuration: .init(bundleIds: [])), maximumAge: .seconds(86_400), logger: .quiet)
             async let processing: RunSummary = {
                 var summary = RunSummary()
                 try await processor.process(runId: runId, now: world.now, summary: &summary)

@@ -1,3 +1,4 @@
+import Logging
 import Foundation
 import Postgres
 import SchemaMigrations
@@ -8,10 +9,10 @@ import TestSupport
     @Test func migrateTwiceAppliesOnce() async throws {
         let database = try await TestDatabase.create("migrate")
         let connection = try await database.connect()
-        let first = try await Migrator().migrate(connection)
+        let first = try await Migrator(logger: .quiet).migrate(connection)
         #expect(first == Migration.bundled.map(\.version))
         #expect(first.first == "0001_schema")
-        let second = try await Migrator().migrate(connection)
+        let second = try await Migrator(logger: .quiet).migrate(connection)
         #expect(second.isEmpty)
         let recorded = try await connection.query("SELECT version FROM iap.schema_migrations ORDER BY version")
         #expect(try recorded.map { try $0.decode("version", as: String.self) } == first)
@@ -26,7 +27,7 @@ import TestSupport
                 group.addTask {
                     let connection = try await database.connect()
                     defer { Task { await connection.close() } }
-                    return try await Migrator().migrate(connection)
+                    return try await Migrator(logger: .quiet).migrate(connection)
                 }
             }
             return try await group.reduce(into: [String]()) { $0 += $1 }
@@ -38,10 +39,10 @@ import TestSupport
     @Test func aChangedMigrationIsRefused() async throws {
         let database = try await TestDatabase.create("migratechanged")
         let connection = try await database.connect()
-        try await Migrator().migrate(connection)
+        try await Migrator(logger: .quiet).migrate(connection)
         var edited = Migration.bundled
         edited[0].sql += "\n-- edited\n"
-        await #expect(throws: Migrator.Failure.self) { try await Migrator(migrations: edited).migrate(connection) }
+        await #expect(throws: Migrator.Failure.self) { try await Migrator(migrations: edited, logger: .quiet).migrate(connection) }
         await connection.close()
         try await database.drop()
     }
@@ -50,7 +51,7 @@ import TestSupport
         let database = try await TestDatabase.create("migratefail")
         let connection = try await database.connect()
         let broken = Migration.bundled + [Migration(version: "9999_broken", sql: "CREATE TABLE iap.half (id int); SELECT 1/0;")]
-        await #expect(throws: PostgresError.self) { try await Migrator(migrations: broken).migrate(connection) }
+        await #expect(throws: PostgresError.self) { try await Migrator(migrations: broken, logger: .quiet).migrate(connection) }
         let tables = try await connection.query("SELECT count(*) AS n FROM pg_tables WHERE schemaname = 'iap' AND tablename = 'half'")
         #expect(try tables[0].decode("n", as: Int.self) == 0)
         let versions = try await connection.query("SELECT version FROM iap.schema_migrations WHERE version = '9999_broken'")
@@ -110,7 +111,7 @@ import TestSupport
     @Test func schemaMatchesTheContractColumnByColumn() async throws {
         let database = try await TestDatabase.create("schema")
         let connection = try await database.connect()
-        try await Migrator().migrate(connection)
+        try await Migrator(logger: .quiet).migrate(connection)
         let rows = try await connection.query("""
             SELECT table_name, column_name, data_type, is_nullable = 'YES' AS nullable
             FROM information_schema.columns WHERE table_schema = 'iap'
