@@ -28,7 +28,7 @@ struct AccountResult: Sendable {
 /// Verifies one account's receipts with Apple and plans its corrections: the run's per-account
 /// work, with no database access (the writer commits what it returns).
 struct AccountProcessor: Sendable {
-    let client: VerifyReceiptClient
+    let source: any AppleAccountSource
     let options: RunOptions
     let rules: EntitlementRules
     let diff: EntitlementDiff
@@ -39,30 +39,28 @@ struct AccountProcessor: Sendable {
     /// The account's result; nil when the task was cancelled meanwhile (its answers may be
     /// cancelled requests, not Apple's word): nothing is written, and the account stays due.
     func process(_ work: AccountWork) async -> AccountResult? {
-        var verified: [VerifiedReceipt] = []
+        var verified: [VerifiedFacts] = []
         var updates: [ReceiptUpdate] = []
         var failures: [FailureRecord] = []
         var receiptOutcomes: [ReceiptOutcome] = []
         var counts = AccountOutcomeCounts(outcome: .verified)
-        for receipt in work.receipts {
-            let local = Self.localDecode(receipt.latestReceipt)
-            if local == nil { counts.receiptsNotDecodedLocally += 1 }
-            let outcome = await verify(receipt, local: local, accountId: work.accountId, counts: &counts)
+        for verification in await source.verify(work, counts: &counts) {
+            let (receipt, outcome) = (verification.receipt, verification.outcome)
+            if verification.local == nil { counts.receiptsNotDecodedLocally += 1 }
             receiptOutcomes.append(outcome.receiptOutcome)
             counts.receipts[outcome.receiptOutcome, default: 0] += 1
             counts.appleRequests += outcome.requests
             if let status = outcome.finalStatus { counts.appleStatuses[String(status), default: 0] += 1 }
             secretGuard.note(outcome.finalStatus)
-            if case .verified(let response) = outcome.result {
-                let environment = outcome.environment ?? AppleEnvironment(appleName: response.environment) ?? .production
-                verified.append(VerifiedReceipt(receiptId: receipt.id, response: response, environment: environment))
+            if let facts = verification.facts {
+                verified.append(facts)
             } else {
                 failures.append(FailureRecord(
                     accountId: work.accountId, receiptId: receipt.id, outcome: outcome.receiptOutcome, appleStatus: outcome.finalStatus,
                     attempts: outcome.attempts, endpoints: outcome.endpoints.map(\.rawValue).joined(separator: ">"),
                     reason: outcome.reason ?? ""))
             }
-            updates.append(update(receipt, after: outcome, local: local, counts: &counts))
+            updates.append(update(after: verification, counts: &counts))
         }
         if Task.isCancelled { return nil }
         counts.outcome = AccountOutcome.combining(receiptOutcomes)
@@ -71,12 +69,12 @@ struct AccountProcessor: Sendable {
 
     /// The ledger rows and corrections of an account, from its verified receipts. Only accounts
     /// all of whose receipts verified get corrections: a partial view could revoke wrongly.
-    private func plan(_ work: AccountWork, verified: [VerifiedReceipt], updates: [ReceiptUpdate], failures: [FailureRecord],
+    private func plan(_ work: AccountWork, verified: [VerifiedFacts], updates: [ReceiptUpdate], failures: [FailureRecord],
                       counts: AccountOutcomeCounts) -> AccountResult {
         var (updates, counts) = (updates, counts)
         let union = EntitlementRules.union(verified)
         var ledger = union.map {
-            LedgerEntry(accountId: work.accountId, transaction: $0.transaction, environment: $0.environment, source: .verifyReceipt)
+            LedgerEntry(accountId: work.accountId, transaction: $0.transaction, environment: $0.environment, source: LedgerSource($0.source))
         }
         let isVerified = counts.outcome == .verified && !work.receipts.isEmpty
         // Rows the account's last full verification already wrote are not sent again (a backfill
@@ -102,8 +100,8 @@ struct AccountProcessor: Sendable {
 
     /// What the run writes back to a receipt row after its verification: what Apple said, the
     /// local decode, and when to try again.
-    private func update(_ receipt: StoredReceipt, after outcome: VerificationOutcome, local: LocalReceipt?,
-                        counts: inout AccountOutcomeCounts) -> ReceiptUpdate {
+    private func update(after verification: ReceiptVerification, counts: inout AccountOutcomeCounts) -> ReceiptUpdate {
+        let (receipt, outcome, local) = (verification.receipt, verification.outcome, verification.local)
         // A status past an integer column's range is an unknown code (a final failure) that
         // `last_status` cannot hold: the row keeps NULL, the report has the number.
         let storableStatus = outcome.finalStatus.flatMap { StorableValues.outOfRange($0, field: "") == nil ? $0 : nil }
@@ -116,10 +114,10 @@ struct AccountProcessor: Sendable {
             update.localOriginalTransactionIds = local.originals
         }
         switch outcome.result {
-        case .verified(let response):
+        case .verified:
             update.attempts = 0
             update.verifiedAt = now
-            guard let fresh = response.latestReceipt else { break }
+            guard let fresh = verification.freshReceipt else { break }
             if case .success(let compact) = ReceiptBlob.normalized(fresh, maximumBytes: options.policy.maximumReceiptBytes) {
                 if compact != withoutWhitespace(receipt.latestReceipt) {
                     update.latestReceipt = compact
@@ -137,51 +135,6 @@ struct AccountProcessor: Sendable {
             update.nextAttemptAt = now.adding(options.failedRetryAfter)
         }
         return update
-    }
-
-    /// What the local decode of a blob says (it informs the report and the bundle check; it never
-    /// grants), or nil when the blob is no receipt this decoder reads.
-    static func localDecode(_ blob: String) -> LocalReceipt? {
-        switch try? ReceiptDecoder.decode(Array(blob.utf8)) {
-        case .appReceipt(let decoded)?:
-            return LocalReceipt(bundleId: decoded.bundleId, originals: decoded.originalTransactionIds)
-        case .legacyTransactionReceipt(let legacy)?:
-            let original = legacy.purchaseInfo["original-transaction-id"] ?? legacy.purchaseInfo["transaction-id"]
-            return LocalReceipt(bundleId: legacy.purchaseInfo["bid"], originals: [original].compactMap { $0 })
-        case nil:
-            return nil
-        }
-    }
-
-    /// Asks Apple about one receipt, unless the local decode already shows it cannot count, and
-    /// holds the answer to the app's bundle ids and to what PostgreSQL can store.
-    private func verify(_ receipt: StoredReceipt, local: LocalReceipt?, accountId: String,
-                        counts: inout AccountOutcomeCounts) async -> VerificationOutcome {
-        let expected = options.bundleIds.isEmpty ? Set([receipt.bundleId].compactMap { $0 }.filter { !$0.isEmpty }) : options.bundleIds
-        func foreign(_ bundle: String, source: String) -> VerificationOutcome.Result? {
-            guard !expected.isEmpty, !expected.contains(bundle) else { return nil }
-            let shown = StorableValues.problem(text: bundle, field: "") == nil ? bundle : "a bundle id with a NUL byte"
-            let reason = "\(source) names the bundle \(shown), not this app's (\(expected.sorted().joined(separator: ", ")))"
-            counts.bundleMismatches.append("account \(accountId), receipt \(receipt.id): \(reason)")
-            return .foreignBundle(reason: reason)
-        }
-        var outcome = VerificationOutcome(result: .deferred(reason: "not attempted"), environment: receipt.environment)
-        if let bundle = local?.bundleId, let result = foreign(bundle, source: "the receipt") {
-            outcome.result = result
-            return outcome
-        }
-        if let local, let problem = StorableValues.problem(in: local) {
-            outcome.result = .failed(status: nil, reason: "the receipt's local decode cannot be stored: \(problem)")
-            return outcome
-        }
-        outcome = await client.verify(receipt: receipt.latestReceipt, knownEnvironment: receipt.environment)
-        guard case .verified(let response) = outcome.result else { return outcome }
-        if let bundle = response.receipt?.bundleId, let result = foreign(bundle, source: "Apple's answer") {
-            outcome.result = result
-        } else if let problem = StorableValues.problem(in: response) {
-            outcome.result = .failed(status: outcome.finalStatus, reason: "Apple's answer cannot be stored: \(problem)")
-        }
-        return outcome
     }
 }
 

@@ -280,7 +280,7 @@ public final class ReconciliationRun: Sendable {
         // The total is only worth a query for a person watching a terminal.
         let total = ProgressReporter.isTerminal ? try? await reader.countAccounts(selection: options.selection, now: now) : nil
         let progress = ProgressReporter(interval: options.progressInterval, total: total, logger: logger)
-        let processor = AccountProcessor(client: client, options: options, rules: rules,
+        let processor = AccountProcessor(source: VerifyReceiptSource(client: client, options: options), options: options, rules: rules,
                                          diff: EntitlementDiff(expiryLag: options.expiryLag.timeInterval), now: now, secretGuard: secretGuard)
         return try await withThrowingTaskGroup(of: RunSummary.self) { group in
             group.addTask {

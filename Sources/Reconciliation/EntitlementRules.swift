@@ -1,26 +1,14 @@
 import AppStoreModels
 import Foundation
 
-/// Apple's answer for one of an account's receipts.
-public struct VerifiedReceipt: Sendable {
-    public var receiptId: Int64
-    public var response: VerifyReceiptResponse
-    /// Where the receipt verified: its transactions carry this environment.
-    public var environment: AppleEnvironment
-
-    public init(receiptId: Int64, response: VerifyReceiptResponse, environment: AppleEnvironment) {
-        self.receiptId = receiptId
-        self.response = response
-        self.environment = environment
-    }
-}
-
 /// One transaction of an account, after the union of its receipts.
 public struct AccountTransaction: Sendable, Equatable {
     public var transaction: Transaction
     public var environment: AppleEnvironment
     /// Found in `latest_receipt_info` (which wins over `receipt.in_app` for the same id).
     public var fromLatestReceiptInfo: Bool
+    /// Which of Apple's sources said it.
+    public var source: AppleSource = .verifyReceipt
 
     public var originalTransactionId: String { transaction.originalTransactionId ?? transaction.transactionId }
 }
@@ -47,7 +35,7 @@ public struct EntitlementRules: Sendable {
     /// The union of the receipts' transactions, one per `transaction_id`: an entry of
     /// `latest_receipt_info` wins over one of `receipt.in_app`; between equals, the later expiry.
     /// Sorted by purchase date, then id, so the result does not depend on Apple's array order.
-    public static func union(_ receipts: [VerifiedReceipt]) -> [AccountTransaction] {
+    public static func union(_ receipts: [VerifiedFacts]) -> [AccountTransaction] {
         var byId: [String: AccountTransaction] = [:]
         func offer(_ candidate: AccountTransaction) {
             guard let existing = byId[candidate.transaction.transactionId] else {
@@ -67,11 +55,13 @@ public struct EntitlementRules: Sendable {
             }
         }
         for receipt in receipts {
-            for transaction in receipt.response.latestReceiptInfo {
-                offer(AccountTransaction(transaction: transaction, environment: receipt.environment, fromLatestReceiptInfo: true))
+            for transaction in receipt.transactions {
+                offer(AccountTransaction(
+                    transaction: transaction, environment: receipt.environment, fromLatestReceiptInfo: true, source: receipt.source))
             }
-            for transaction in receipt.response.receipt?.inApp ?? [] {
-                offer(AccountTransaction(transaction: transaction, environment: receipt.environment, fromLatestReceiptInfo: false))
+            for transaction in receipt.receiptTransactions {
+                offer(AccountTransaction(
+                    transaction: transaction, environment: receipt.environment, fromLatestReceiptInfo: false, source: receipt.source))
             }
         }
         return byId.values.sorted {
@@ -82,7 +72,7 @@ public struct EntitlementRules: Sendable {
     }
 
     /// Apple's `cancellation_reason` of every cancelled transaction, for the reasons in reports.
-    public static func cancellationReasons(_ receipts: [VerifiedReceipt]) -> [String: Int] {
+    public static func cancellationReasons(_ receipts: [VerifiedFacts]) -> [String: Int] {
         cancellationReasons(union(receipts))
     }
 
@@ -103,16 +93,16 @@ public struct EntitlementRules: Sendable {
     }
 
     /// The account's entitlements, one per product that grants anything, as of `now`.
-    public func entitlements(accountId: String, receipts: [VerifiedReceipt], now: Date) -> [Entitlement] {
+    public func entitlements(accountId: String, receipts: [VerifiedFacts], now: Date) -> [Entitlement] {
         entitlements(accountId: accountId, receipts: receipts, union: Self.union(receipts), now: now)
     }
 
     /// The same, given `union(receipts)` already made.
-    public func entitlements(accountId: String, receipts: [VerifiedReceipt], union: [AccountTransaction], now: Date) -> [Entitlement] {
+    public func entitlements(accountId: String, receipts: [VerifiedFacts], union: [AccountTransaction], now: Date) -> [Entitlement] {
         let transactions = union.filter { sandboxPolicy == .allow || $0.environment != .sandbox }
         var renewals: [String: PendingRenewalInfo] = [:]
         for receipt in receipts where sandboxPolicy == .allow || receipt.environment != .sandbox {
-            for info in receipt.response.pendingRenewalInfo {
+            for info in receipt.renewals {
                 if let original = info.originalTransactionId { renewals[original] = info }
             }
         }
@@ -138,7 +128,7 @@ public struct EntitlementRules: Sendable {
     /// The current transaction is the one with the greatest expiry, never the array's first or last.
     func autoRenewable(
         _ accountId: String, _ productId: String, _ transactions: [AccountTransaction],
-        renewals: [String: PendingRenewalInfo], receipts: [VerifiedReceipt], now: Date
+        renewals: [String: PendingRenewalInfo], receipts: [VerifiedFacts], now: Date
     ) -> Entitlement {
         let current = transactions.max { left, right in
             let leftExpiry = left.transaction.expiresDate ?? .distantPast
@@ -178,8 +168,8 @@ public struct EntitlementRules: Sendable {
         return entitlement
     }
 
-    static func unkeyedRenewal(for productId: String, in receipts: [VerifiedReceipt]) -> PendingRenewalInfo? {
-        let unkeyed = receipts.flatMap(\.response.pendingRenewalInfo).filter {
+    static func unkeyedRenewal(for productId: String, in receipts: [VerifiedFacts]) -> PendingRenewalInfo? {
+        let unkeyed = receipts.flatMap(\.renewals).filter {
             $0.originalTransactionId == nil && ($0.productId == productId || $0.autoRenewProductId == productId)
         }
         return unkeyed.count == 1 ? unkeyed[0] : nil

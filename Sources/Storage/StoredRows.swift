@@ -127,6 +127,14 @@ public enum LedgerSource: String, Sendable, CaseIterable {
     case notificationV1 = "notification_v1"
     case notificationV2 = "notification_v2"
     case serverAPI = "server_api"
+
+    /// The source that verified a transaction.
+    public init(_ source: AppleSource) {
+        switch source {
+        case .verifyReceipt: self = .verifyReceipt
+        case .serverAPI: self = .serverAPI
+        }
+    }
 }
 
 /// A price as signed transactions give it: milliunits of an ISO 4217 currency (990 EUR is 0.99 EUR).

@@ -24,8 +24,8 @@ enum Build {
     static func receipt(
         id: Int64 = 1, latest: [Transaction] = [], inApp: [Transaction] = [], pending: [PendingRenewalInfo] = [],
         environment: AppleEnvironment = .production
-    ) -> VerifiedReceipt {
-        VerifiedReceipt(
+    ) -> VerifiedFacts {
+        VerifiedFacts(
             receiptId: id,
             response: VerifyReceiptResponse(
                 status: 0, environment: environment.rawValue, receipt: Receipt(bundleId: "com.example", inApp: inApp),
@@ -33,7 +33,7 @@ enum Build {
             environment: environment)
     }
 
-    static func entitlements(_ receipts: [VerifiedReceipt], catalog: [Product] = [], sandbox: SandboxPolicy = .allow) -> [String: Entitlement] {
+    static func entitlements(_ receipts: [VerifiedFacts], catalog: [Product] = [], sandbox: SandboxPolicy = .allow) -> [String: Entitlement] {
         let rules = EntitlementRules(catalog: Dictionary(uniqueKeysWithValues: catalog.map { ($0.productId, $0) }), sandboxPolicy: sandbox)
         return Dictionary(uniqueKeysWithValues: rules.entitlements(accountId: "acct", receipts: receipts, now: now).map { ($0.productId, $0) })
     }
@@ -179,9 +179,9 @@ enum Build {
 
 /// The rules over real answers from ../shared/fixtures.
 @Suite struct EntitlementRulesFixtureTests {
-    static func receipt(_ file: String) throws -> VerifiedReceipt {
+    static func receipt(_ file: String) throws -> VerifiedFacts {
         let response = try VerifyReceiptResponse.decode(Fixtures.bytes("verify-responses/\(file)"))
-        return VerifiedReceipt(receiptId: 1, response: response, environment: AppleEnvironment(appleName: response.environment) ?? .production)
+        return VerifiedFacts(receiptId: 1, response: response, environment: AppleEnvironment(appleName: response.environment) ?? .production)
     }
 
     static func rules() -> EntitlementRules { EntitlementRules() }
@@ -207,7 +207,7 @@ enum Build {
     @Test func notificationNewestFirstWithUpgrades() throws {
         let object = try JSONSerialization.jsonObject(with: Fixtures.data("notifications/imdhemy-server-notification-DID_CHANGE_RENEWAL_STATUS.json")) as? [String: Any]
         let unified = try VerifyReceiptResponse.decode(Array(JSONSerialization.data(withJSONObject: object!["unified_receipt"]!)))
-        let receipt = VerifiedReceipt(receiptId: 1, response: unified, environment: .production)
+        let receipt = VerifiedFacts(receiptId: 1, response: unified, environment: .production)
         let entitlements = Self.rules().entitlements(accountId: "a", receipts: [receipt], now: Date(ms: 1_606_000_000_000))
         let monthly = try #require(entitlements.first { $0.productId == "one_month_subscription" })
         #expect(monthly.latestTransactionId == "1000000746095599")

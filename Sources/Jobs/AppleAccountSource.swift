@@ -1,0 +1,97 @@
+import AppStore
+import AppStoreModels
+import Foundation
+import Reconciliation
+import Storage
+
+/// One of Apple's sources, as a run asks it: verify an account. verifyReceipt is the first; the
+/// App Store Server API slots in beside it. What comes back is the same for every source (an
+/// outcome per receipt row, and Apple's facts in the rules' terms), so the rules, the diff, the
+/// writer and the reports do not know which source spoke.
+protocol AppleAccountSource: Sendable {
+    var source: AppleSource { get }
+    /// Verifies the account's receipts, one result per stored receipt, in their order.
+    func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts) async -> [ReceiptVerification]
+}
+
+/// What a source found of one stored receipt.
+struct ReceiptVerification: Sendable {
+    var receipt: StoredReceipt
+    /// The receipt's local decode; nil when it is no receipt the decoder reads.
+    var local: LocalReceipt?
+    /// How the verification ended: what the receipt row and the report record.
+    var outcome: VerificationOutcome
+    /// Apple's facts, when it verified.
+    var facts: VerifiedFacts?
+    /// A fresher receipt Apple gave, to store in place of the old one.
+    var freshReceipt: String?
+}
+
+/// verifyReceipt: each receipt sent as it is stored, unless its local decode already shows it
+/// cannot count; Apple's answer held to the app's bundle ids and to what PostgreSQL can store.
+struct VerifyReceiptSource: AppleAccountSource {
+    let client: VerifyReceiptClient
+    let options: RunOptions
+    var source: AppleSource { .verifyReceipt }
+
+    func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts) async -> [ReceiptVerification] {
+        var verifications: [ReceiptVerification] = []
+        for receipt in work.receipts {
+            let local = Self.localDecode(receipt.latestReceipt)
+            let outcome = await verify(receipt, local: local, accountId: work.accountId, counts: &counts)
+            var verification = ReceiptVerification(receipt: receipt, local: local, outcome: outcome)
+            if case .verified(let response) = outcome.result {
+                let environment = outcome.environment ?? AppleEnvironment(appleName: response.environment) ?? .production
+                verification.facts = VerifiedFacts(receiptId: receipt.id, response: response, environment: environment)
+                verification.freshReceipt = response.latestReceipt
+            }
+            verifications.append(verification)
+        }
+        return verifications
+    }
+
+    /// What the local decode of a blob says (it informs the report and the bundle check; it never
+    /// grants), or nil when the blob is no receipt this decoder reads.
+    static func localDecode(_ blob: String) -> LocalReceipt? {
+        switch try? ReceiptDecoder.decode(Array(blob.utf8)) {
+        case .appReceipt(let decoded)?:
+            return LocalReceipt(bundleId: decoded.bundleId, originals: decoded.originalTransactionIds)
+        case .legacyTransactionReceipt(let legacy)?:
+            let original = legacy.purchaseInfo["original-transaction-id"] ?? legacy.purchaseInfo["transaction-id"]
+            return LocalReceipt(bundleId: legacy.purchaseInfo["bid"], originals: [original].compactMap { $0 })
+        case nil:
+            return nil
+        }
+    }
+
+    /// Asks Apple about one receipt, unless the local decode already shows it cannot count, and
+    /// holds the answer to the app's bundle ids and to what PostgreSQL can store.
+    private func verify(_ receipt: StoredReceipt, local: LocalReceipt?, accountId: String,
+                        counts: inout AccountOutcomeCounts) async -> VerificationOutcome {
+        let expected = options.bundleIds.isEmpty ? Set([receipt.bundleId].compactMap { $0 }.filter { !$0.isEmpty }) : options.bundleIds
+        func foreign(_ bundle: String, source: String) -> VerificationOutcome.Result? {
+            guard !expected.isEmpty, !expected.contains(bundle) else { return nil }
+            let shown = StorableValues.problem(text: bundle, field: "") == nil ? bundle : "a bundle id with a NUL byte"
+            let reason = "\(source) names the bundle \(shown), not this app's (\(expected.sorted().joined(separator: ", ")))"
+            counts.bundleMismatches.append("account \(accountId), receipt \(receipt.id): \(reason)")
+            return .foreignBundle(reason: reason)
+        }
+        var outcome = VerificationOutcome(result: .deferred(reason: "not attempted"), environment: receipt.environment)
+        if let bundle = local?.bundleId, let result = foreign(bundle, source: "the receipt") {
+            outcome.result = result
+            return outcome
+        }
+        if let local, let problem = StorableValues.problem(in: local) {
+            outcome.result = .failed(status: nil, reason: "the receipt's local decode cannot be stored: \(problem)")
+            return outcome
+        }
+        outcome = await client.verify(receipt: receipt.latestReceipt, knownEnvironment: receipt.environment)
+        guard case .verified(let response) = outcome.result else { return outcome }
+        if let bundle = response.receipt?.bundleId, let result = foreign(bundle, source: "Apple's answer") {
+            outcome.result = result
+        } else if let problem = StorableValues.problem(in: response) {
+            outcome.result = .failed(status: outcome.finalStatus, reason: "Apple's answer cannot be stored: \(problem)")
+        }
+        return outcome
+    }
+}

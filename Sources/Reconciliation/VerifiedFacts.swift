@@ -1,0 +1,69 @@
+import AppStoreModels
+import Foundation
+
+/// Which of Apple's sources spoke.
+public enum AppleSource: String, Sendable, CaseIterable, Codable {
+    /// The deprecated verifyReceipt endpoint: an answer per receipt.
+    case verifyReceipt = "verify_receipt"
+    /// The App Store Server API: signed transactions and renewal infos per original transaction.
+    case serverAPI = "server_api"
+}
+
+/// What Apple verified of one receipt (or, for the Server API, of one of an account's
+/// subscriptions and purchases), in the rules' terms. The seam between Apple's sources and
+/// everything after them: the rules, the diff, the writer and the reports read only this, so
+/// they do not know which source spoke.
+public struct VerifiedFacts: Sendable {
+    /// The receipt row these facts are about; nil when they are the account's (the Server API).
+    public var receiptId: Int64?
+    /// Apple's current view of the transactions (verifyReceipt's `latest_receipt_info`, the
+    /// Server API's transaction history): these win over `receiptTransactions` of the same id.
+    public var transactions: [Transaction]
+    /// The transactions the receipt itself lists (verifyReceipt's `receipt.in_app`).
+    public var receiptTransactions: [Transaction]
+    /// The renewal state of each subscription chain.
+    public var renewals: [PendingRenewalInfo]
+    /// Where the facts were verified: their transactions carry this environment.
+    public var environment: AppleEnvironment
+    public var source: AppleSource
+
+    public init(
+        receiptId: Int64?, transactions: [Transaction], receiptTransactions: [Transaction] = [], renewals: [PendingRenewalInfo],
+        environment: AppleEnvironment, source: AppleSource
+    ) {
+        self.receiptId = receiptId
+        self.transactions = transactions
+        self.receiptTransactions = receiptTransactions
+        self.renewals = renewals
+        self.environment = environment
+        self.source = source
+    }
+}
+
+extension VerifiedFacts {
+    /// A verifyReceipt answer's facts.
+    public init(receiptId: Int64, response: VerifyReceiptResponse, environment: AppleEnvironment) {
+        self.init(
+            receiptId: receiptId, transactions: response.latestReceiptInfo, receiptTransactions: response.receipt?.inApp ?? [],
+            renewals: response.pendingRenewalInfo, environment: environment, source: .verifyReceipt)
+    }
+
+    /// Verified signed data's facts (the Server API, and V2 notifications): each transaction in
+    /// the ledger's terms, each renewal info as verifyReceipt's pending renewal info.
+    public init(receiptId: Int64?, signedTransactions: [JWSTransaction], renewalInfos: [JWSRenewalInfo], environment: AppleEnvironment) {
+        self.init(
+            receiptId: receiptId, transactions: signedTransactions.map(\.ledgerTransaction),
+            renewals: renewalInfos.map(\.pendingRenewalInfo), environment: environment, source: .serverAPI)
+    }
+}
+
+extension JWSRenewalInfo {
+    /// The renewal info in the rules' terms (verifyReceipt's `pending_renewal_info`).
+    public var pendingRenewalInfo: PendingRenewalInfo {
+        PendingRenewalInfo(
+            originalTransactionId: originalTransactionId, productId: productId, autoRenewProductId: autoRenewProductId,
+            autoRenewStatus: autoRenewStatus.map { $0 == 1 }, expirationIntent: expirationIntent,
+            gracePeriodExpiresDate: gracePeriodExpiresDate, isInBillingRetryPeriod: isInBillingRetryPeriod,
+            priceConsentStatus: priceIncreaseStatus)
+    }
+}
