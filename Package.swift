@@ -60,7 +60,7 @@ let package = Package(
         .target(name: "Throttling", dependencies: ["Locking"]),
 
         // Apple's verifyReceipt protocol: the client, its retry policy and the outcome of a verification.
-        .target(name: "AppStore", dependencies: ["AppStoreModels", "HTTP", "Throttling", "Locking", logging]),
+        .target(name: "AppStore", dependencies: ["AppStoreModels", "HTTP", "Throttling", "Locking", crypto, logging]),
 
         // The local verifyReceipt simulator that the demo, the tests and the benchmark talk to.
         .target(name: "AppleSimulator", dependencies: ["AppStoreModels", "CivilCalendar", "Locking", crypto, x509, .product(name: "SwiftASN1", package: "swift-asn1")]),
@@ -86,7 +86,7 @@ let package = Package(
 
         .target(name: "TestSupport", dependencies: ["Postgres", "HTTP", logging], path: "Tests/TestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport", logging]),
-        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "AppStoreModels", "Throttling", "HTTP", "TestSupport", logging]),
+        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "AppStoreModels", "SignedData", "Throttling", "HTTP", "TestSupport", logging, crypto]),
         .testTarget(name: "SignedDataTests", dependencies: ["SignedData", "AppStoreModels", "AppleSimulator", "Hashing", "TestSupport"]),
         .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "CivilCalendar", "TestSupport"]),
         .testTarget(

@@ -29,12 +29,12 @@ public final class VerifyReceiptClient: Sendable {
         }
     }
 
-    private let http: HTTPClient
+    let http: HTTPClient
     private let endpoints: Endpoints
     private let sharedSecret: String?
     private let policy: VerificationPolicy
-    private let limiter: ConcurrencyLimiter
-    private let rateLimiter: RateLimiter?
+    let limiter: ConcurrencyLimiter
+    let rateLimiter: RateLimiter?
     /// Shared by all receipts: a storm of transient failures pauses everyone.
     public let stormGate: StormGate
     private let logger: Logger

@@ -1,28 +1,38 @@
 import Foundation
 import Locking
 
-/// A local stand-in for Apple's verifyReceipt endpoint, for the demo and the project's tests.
+/// A local stand-in for Apple's verifyReceipt endpoint and App Store Server API, for the demo
+/// and the project's tests.
 ///
-/// Serves `POST /verifyReceipt` (production) and `POST /sandbox/verifyReceipt` (sandbox), and
-/// `GET /__stats` (request and connection counts). It answers from a scenario (receipt ->
+/// Serves `POST /verifyReceipt` (production) and `POST /sandbox/verifyReceipt` (sandbox), the
+/// Server API under `/inApps/` (production) and `/sandbox/inApps/` (sandbox; see
+/// `ServerAPISimulation`), and `GET /__stats` (request and connection counts). It answers from a scenario (receipt ->
 /// environment, answer, scripted faults) or, for synthetic receipts, from the spec the receipt
 /// carries inside itself: `base64("simulated-receipt:" + JSON spec)`, so a million accounts need
 /// no stored answers.
 public final class AppleSimulator: Sendable {
     public static let syntheticPrefix = "simulated-receipt:"
 
-    private let scenario: SimulationScenario
-    private let attempts = Locked([String: Int]())
+    let scenario: SimulationScenario
+    /// Signs the Server API's answers; nil serves no API.
+    let signingChain: SigningChain?
+    let attempts = Locked([String: Int]())
     private let verifyRequests = Locked(0)
     private let server: LoopbackHTTPServer
 
     public var port: Int { server.port }
 
-    public init(scenario: SimulationScenario, host: String = "127.0.0.1", port: Int = 0, latencyMilliseconds: Int? = nil) throws {
+    public init(
+        scenario: SimulationScenario, signingChain: SigningChain? = nil, host: String = "127.0.0.1", port: Int = 0,
+        latencyMilliseconds: Int? = nil
+    ) throws {
         self.scenario = scenario
-        var handler: LoopbackHTTPServer.Handler = { _, _, _ in .drop }
+        self.signingChain = signingChain
+        var handler: LoopbackHTTPServer.Handler = { _, _, _, _ in .drop }
         let box = HandlerBox()
-        handler = { method, path, body in box.simulator?.handle(method: method, path: path, body: body) ?? .drop }
+        handler = { method, path, body, authorization in
+            box.simulator?.handle(method: method, path: path, body: body, authorization: authorization) ?? .drop
+        }
         server = try LoopbackHTTPServer(
             host: host, port: port, latencyMilliseconds: latencyMilliseconds ?? scenario.latencyMilliseconds, handler: handler)
         box.simulator = self
@@ -33,13 +43,17 @@ public final class AppleSimulator: Sendable {
     }
 
     /// Turns one request into Apple's answer, or into the fault scripted for this attempt.
-    func handle(method: String, path: String, body: [UInt8]) -> SimulatedReply {
+    func handle(method: String, path: String, body: [UInt8], authorization: String? = nil) -> SimulatedReply {
         if method == "GET" && path == "/__stats" {
             let stats = server.currentStatistics
             return .respond(status: 200, body: Self.json([
                 "apple_requests": verifyRequests.withLock { $0 }, "connections": stats.connections,
                 "max_open_connections": stats.maximumOpenConnections, "max_in_flight": stats.maximumInFlight,
             ]))
+        }
+        if path.hasPrefix("/inApps/") || path.hasPrefix("/sandbox/inApps/") {
+            verifyRequests.withLock { $0 += 1 }
+            return handleServerAPI(method: method, target: path, authorization: authorization)
         }
         let endpoint: String
         switch path {

@@ -21,7 +21,7 @@ public enum SimulatedReply: Sendable {
 /// Apple simulator. It exists to misbehave on purpose (drop, truncate, stall), which a
 /// general-purpose server makes hard; it is not for production traffic.
 public final class LoopbackHTTPServer: Sendable {
-    public typealias Handler = @Sendable (_ method: String, _ path: String, _ body: [UInt8]) -> SimulatedReply
+    public typealias Handler = @Sendable (_ method: String, _ path: String, _ body: [UInt8], _ authorization: String?) -> SimulatedReply
 
     public struct Statistics: Sendable {
         public var requests = 0
@@ -116,12 +116,14 @@ public final class LoopbackHTTPServer: Sendable {
             guard requestLine.count >= 2 else { return }
             var contentLength = 0
             var closeAfter = false
+            var authorization: String?
             for line in lines.dropFirst() {
                 let parts = line.split(separator: ":", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
                 guard parts.count == 2 else { continue }
                 switch parts[0].lowercased() {
                 case "content-length": contentLength = Int(parts[1]) ?? 0
                 case "connection": closeAfter = parts[1].lowercased() == "close"
+                case "authorization": authorization = parts[1]
                 default: break
                 }
             }
@@ -138,7 +140,7 @@ public final class LoopbackHTTPServer: Sendable {
             }
             defer { statistics.withLock { $0.inFlight -= 1 } }
             if latencyMilliseconds > 0 { usleep(useconds_t(latencyMilliseconds * 1_000)) }
-            switch handler(String(requestLine[0]), String(requestLine[1]), body) {
+            switch handler(String(requestLine[0]), String(requestLine[1]), body, authorization) {
             case .respond(let status, let headers, let body):
                 guard send(connection, Self.head(status: status, headers: headers, length: body.count) + body) else { return }
             case .drop:

@@ -22,6 +22,10 @@ public struct SimulationScenario: Sendable {
     public var sharedSecret: String?
     public var latencyMilliseconds: Int
     public var receipts: [String: SimulatedReceipt]
+    /// The Server API's world: original transaction id -> its chain.
+    public var apiChains: [String: SimulatedAPIChain] = [:]
+    /// Every API request answers 401 (a wrong key set-up).
+    public var apiUnauthorized = false
 
     public init(sharedSecret: String? = nil, latencyMilliseconds: Int = 0, receipts: [String: SimulatedReceipt] = [:]) {
         self.sharedSecret = sharedSecret
@@ -41,6 +45,12 @@ public struct SimulationScenario: Sendable {
             receipts[key.filter { !$0.isWhitespace }] = try SimulatedReceipt(spec: spec, baseDirectory: url.deletingLastPathComponent())
         }
         self.receipts = receipts
+        let api = root["api"] as? [String: Any] ?? [:]
+        apiUnauthorized = api["unauthorized"] as? Bool ?? false
+        for (original, value) in api["chains"] as? [String: Any] ?? [:] {
+            guard let spec = value as? [String: Any] else { throw SimulatorError("api chain \(original): not an object") }
+            apiChains[original] = try SimulatedAPIChain(spec: spec)
+        }
     }
 }
 

@@ -16,8 +16,9 @@ struct SimulateAppleServe: ParsableCommand {
         commandName: "serve",
         abstract: "Serves a local verifyReceipt simulator on loopback (the default of simulate-apple).",
         discussion: """
-            Production is POST /verifyReceipt, sandbox POST /sandbox/verifyReceipt; GET /__stats counts \
-            requests and connections. Point the job at it with \
+            Production is POST /verifyReceipt, sandbox POST /sandbox/verifyReceipt; the App Store Server \
+            API is served under /inApps/ (production) and /sandbox/inApps/ (sandbox), from the scenario's \
+            "api" section, signed with the simulator's chain; GET /__stats counts requests and connections. Point the job at it with \
             APPLE_PRODUCTION_URL=http://127.0.0.1:PORT/verifyReceipt and \
             APPLE_SANDBOX_URL=http://127.0.0.1:PORT/sandbox/verifyReceipt.
 
@@ -65,9 +66,9 @@ struct SimulateAppleServe: ParsableCommand {
         if let sharedSecret { scenario.sharedSecret = sharedSecret }
         let signingDirectory = signingDir.map { URL(filePath: $0) }
             ?? FileManager.default.temporaryDirectory.appending(path: "simulate-apple-\(UUID().uuidString)")
-        _ = try SigningChain.loadOrCreate(directory: signingDirectory)
+        let chain = try SigningChain.loadOrCreate(directory: signingDirectory)
         FileHandle.standardError.write(Data("signing root: \(signingDirectory.appending(path: SigningChain.rootFileName).path)\n".utf8))
-        let simulator = try AppleSimulator(scenario: scenario, host: host, port: port, latencyMilliseconds: latencyMs)
+        let simulator = try AppleSimulator(scenario: scenario, signingChain: chain, host: host, port: port, latencyMilliseconds: latencyMs)
         if exitWhenStdinCloses {
             Thread.detachNewThread {
                 _ = FileHandle.standardInput.readDataToEndOfFile()

@@ -1,0 +1,260 @@
+import AppStoreModels
+import Foundation
+import HTTP
+import Logging
+import Throttling
+
+/// The App Store Server API (contract section 9): Get Transaction History v2, followed while
+/// `hasMore`, and Get All Subscription Statuses, with the API's retry policy: 429 waits for its
+/// `Retry-After` (a UNIX time in milliseconds); 4040002, 4040004, 4040006, 5000001, 5000000 and
+/// other 5xx are retried with the same backoff and attempts as verifyReceipt; 4040010 (not found)
+/// in production goes to sandbox once, as 21007 does; 401 means the key set-up is wrong; other
+/// 4xx are final. Requests share verifyReceipt's connections, `--concurrency` and `--rate-limit`.
+///
+/// What comes back is still signed: nothing of it may be used before `SignedData` verified it.
+public final class ServerAPIClient: Sendable {
+    public struct Endpoints: Sendable {
+        public var production: String
+        public var sandbox: String
+
+        /// The hosts Apple's libraries moved to in 2026.
+        public static let apple = Endpoints(production: "https://api.storekit.apple.com", sandbox: "https://api.storekit-sandbox.apple.com")
+
+        public init(production: String, sandbox: String) {
+            self.production = production
+            self.sandbox = sandbox
+        }
+
+        func base(_ environment: AppleEnvironment) -> String {
+            let base = environment == .production ? production : sandbox
+            return base.hasSuffix("/") ? String(base.dropLast()) : base
+        }
+    }
+
+    /// How an exchange ended, after every attempt.
+    public enum Failure: Error, Sendable, Equatable {
+        /// Apple's or the network's trouble outlasted the attempts: a later run tries again.
+        case deferred(reason: String)
+        /// A final answer: Apple's `errorCode` and `errorMessage` where it gave them.
+        case failed(httpStatus: Int?, errorCode: Int?, reason: String)
+        /// HTTP 401: the key, its id, the issuer or the bundle id is wrong. The run stops (exit 2).
+        case unauthorized(reason: String)
+    }
+
+    /// One call's result and what it took.
+    public struct Outcome<Value: Sendable>: Sendable {
+        public var result: Result<Value, Failure>
+        public var requests = 0
+        public var attempts = 0
+        /// The hosts asked, in order.
+        public var endpoints: [AppleEnvironment] = []
+        /// Where the data was found (after a 4040010 hop, sandbox).
+        public var environment: AppleEnvironment
+    }
+
+    /// Apple's error codes worth another try.
+    public static let retryableErrorCodes: Set<Int> = [4040002, 4040004, 4040006, 5000000, 5000001]
+    /// Pages of one history followed at most: a hostile `hasMore` cannot loop forever.
+    public static let maximumPages = 1_000
+
+    private let endpoints: Endpoints
+    private let token: ServerAPIToken
+    private let shared: VerifyReceiptClient
+    private let policy: VerificationPolicy
+    private let logger: Logger
+
+    /// - Parameter sharing: the verifyReceipt client whose connections, concurrency limit, rate
+    ///   limit and storm gate these requests share.
+    public init(endpoints: Endpoints, token: ServerAPIToken, sharing: VerifyReceiptClient, policy: VerificationPolicy, logger: Logger) {
+        self.endpoints = endpoints
+        self.token = token
+        shared = sharing
+        self.policy = policy
+        self.logger = logger
+    }
+
+    // MARK: The two calls
+
+    /// Every signed transaction of the chain of `originalTransactionId`, page after page.
+    public func transactionHistory(originalTransactionId: String, environment known: AppleEnvironment? = nil) async -> Outcome<[String]> {
+        var outcome = Outcome<[String]>(result: .success([]), environment: known ?? .production)
+        var hopped = false
+        while true {
+            var signed: [String] = []
+            var revision: String?
+            var hopping = false
+            for _ in 0..<Self.maximumPages {
+                var query = [("sort", "ASCENDING")]
+                if let revision { query.append(("revision", revision)) }
+                let path = "/inApps/v2/history/" + Self.pathComponent(originalTransactionId)
+                switch await fetch(path, query: query, outcome: &outcome, mayHop: !hopped) {
+                case .hop:
+                    hopping = true
+                case .failure(let failure):
+                    outcome.result = .failure(failure)
+                    return outcome
+                case .body(let body):
+                    guard let page = try? TransactionHistoryResponse.decode(body) else {
+                        outcome.result = .failure(.deferred(reason: "Apple's transaction history is not valid JSON (\(body.count) bytes)"))
+                        return outcome
+                    }
+                    signed += page.signedTransactions
+                    guard page.hasMore else {
+                        outcome.result = .success(signed)
+                        return outcome
+                    }
+                    guard let next = page.revision, next != revision else {
+                        outcome.result = .failure(.deferred(reason: "Apple's history says hasMore without a new revision"))
+                        return outcome
+                    }
+                    revision = next
+                }
+                if hopping { break }
+            }
+            guard hopping else {
+                outcome.result = .failure(.deferred(reason: "more than \(Self.maximumPages) pages of history"))
+                return outcome
+            }
+            hopped = true
+            outcome.environment = .sandbox
+        }
+    }
+
+    /// The last transaction and renewal info of each subscription chain of the transaction's.
+    public func subscriptionStatuses(originalTransactionId: String, environment known: AppleEnvironment? = nil) async -> Outcome<SubscriptionStatusesResponse> {
+        var outcome = Outcome<SubscriptionStatusesResponse>(
+            result: .success(SubscriptionStatusesResponse(lastTransactions: [])), environment: known ?? .production)
+        var hopped = false
+        while true {
+            let path = "/inApps/v1/subscriptions/" + Self.pathComponent(originalTransactionId)
+            switch await fetch(path, query: [], outcome: &outcome, mayHop: !hopped) {
+            case .hop:
+                hopped = true
+                outcome.environment = .sandbox
+            case .failure(let failure):
+                outcome.result = .failure(failure)
+                return outcome
+            case .body(let body):
+                guard let statuses = try? SubscriptionStatusesResponse.decode(body) else {
+                    outcome.result = .failure(.deferred(reason: "Apple's subscription statuses are not valid JSON (\(body.count) bytes)"))
+                    return outcome
+                }
+                outcome.result = .success(statuses)
+                return outcome
+            }
+        }
+    }
+
+    // MARK: One request, with its retries
+
+    private enum Fetched {
+        case body([UInt8])
+        case hop
+        case failure(Failure)
+    }
+
+    enum Verdict: Equatable {
+        case body([UInt8])
+        case hop
+        case retry(reason: String, retryAfter: Duration?)
+        case final(Failure)
+    }
+
+    /// GET `path` from the outcome's environment, attempt after attempt.
+    private func fetch<Value>(_ path: String, query: [(String, String)], outcome: inout Outcome<Value>, mayHop: Bool) async -> Fetched {
+        var reason = "not attempted"
+        for attempt in 1...policy.maximumAttempts {
+            outcome.attempts += 1
+            await shared.stormGate.waitIfPaused()
+            if let rateLimiter = shared.rateLimiter { await rateLimiter.acquire() }
+            let verdict = await exchange(path, query: query, outcome: &outcome, mayHop: mayHop)
+            if case .retry = verdict { shared.stormGate.record(transientFailure: true) } else { shared.stormGate.record(transientFailure: false) }
+            switch verdict {
+            case .body(let body): return .body(body)
+            case .hop: return .hop
+            case .final(let failure): return .failure(failure)
+            case .retry(let why, let retryAfter):
+                reason = why
+                guard attempt < policy.maximumAttempts else { break }
+                if let retryAfter, retryAfter > policy.maximumRetryAfter {
+                    return .failure(.deferred(reason: why + "; Apple asked to wait \(retryAfter), longer than this run waits"))
+                }
+                let delay = max(retryAfter ?? .zero, policy.backoff.delay(afterAttempt: attempt))
+                logger.debug("appstore.retry", metadata: ["appstore.attempt": "\(attempt)", "appstore.reason": "\(why)", "appstore.delay": "\(delay)"])
+                do {
+                    try await Task.sleep(for: delay)
+                } catch {
+                    return .failure(.deferred(reason: "cancelled"))
+                }
+            }
+        }
+        return .failure(.deferred(reason: "\(reason) (after \(policy.maximumAttempts) attempts)"))
+    }
+
+    private func exchange<Value>(_ path: String, query: [(String, String)], outcome: inout Outcome<Value>, mayHop: Bool) async -> Verdict {
+        outcome.requests += 1
+        outcome.endpoints.append(outcome.environment)
+        let authorization: String
+        do {
+            authorization = try token.authorization()
+        } catch {
+            return .final(.unauthorized(reason: "the API token could not be made: \(error)"))
+        }
+        let queryText = query.isEmpty ? "" : "?" + query.map { "\($0)=\(Self.queryValue($1))" }.joined(separator: "&")
+        let request = HTTPRequest(
+            url: endpoints.base(outcome.environment) + path + queryText, method: "GET",
+            headers: ["Authorization: " + authorization, "Accept: application/json"], body: [],
+            connectTimeout: policy.connectTimeout, totalTimeout: policy.requestTimeout, maximumResponseBytes: policy.maximumResponseBytes)
+        let response: HTTPResponse
+        do {
+            response = try await shared.limiter.withPermit { try await shared.http.execute(request) }
+        } catch let error as HTTPError {
+            switch error.kind {
+            case .timeout, .connectionFailed, .connectionLost, .other: return .retry(reason: error.description, retryAfter: nil)
+            case .responseTooLarge, .tls, .cancelled: return .final(.failed(httpStatus: nil, errorCode: nil, reason: error.description))
+            }
+        } catch {
+            return .final(.failed(httpStatus: nil, errorCode: nil, reason: "\(error)"))
+        }
+        return Self.classify(response, environment: outcome.environment, mayHop: mayHop)
+    }
+
+    /// The contract's table, for one answer.
+    static func classify(_ response: HTTPResponse, environment: AppleEnvironment, mayHop: Bool, now: Date = Date()) -> Verdict {
+        if response.status == 200 { return .body(response.body) }
+        let error = ServerAPIError.decode(response.body)
+        let code = error?.errorCode
+        let said = "HTTP \(response.status)" + (code.map { ", errorCode \($0)" } ?? "") + (error?.errorMessage.map { ": \($0)" } ?? "")
+        switch (response.status, code) {
+        case (401, _):
+            return .final(.unauthorized(reason: "Apple refused the API token (\(said)): check APPSTORE_ISSUER_ID, APPSTORE_KEY_ID, the key file and the bundle id"))
+        case (429, _):
+            return .retry(reason: said, retryAfter: retryAfter(response.headers["retry-after"], now: now))
+        case (_, 4040010?) where environment == .production && mayHop:
+            return .hop
+        case (_, let code?) where retryableErrorCodes.contains(code):
+            return .retry(reason: said, retryAfter: nil)
+        case (500...599, _):
+            return .retry(reason: said, retryAfter: nil)
+        default:
+            return .final(.failed(httpStatus: response.status, errorCode: code, reason: said))
+        }
+    }
+
+    /// The API's `Retry-After`: a UNIX time in milliseconds. A value that is no finite time, or one
+    /// in the past, means "now"; one absurdly far is capped (and then not waited for).
+    static func retryAfter(_ value: String?, now: Date) -> Duration? {
+        guard let text = value?.trimmingCharacters(in: .whitespaces), let milliseconds = Double(text), milliseconds.isFinite else { return nil }
+        let seconds = milliseconds / 1000 - now.timeIntervalSince1970
+        guard seconds > 0 else { return .zero }
+        return .milliseconds(Int64(min(seconds, 86_400) * 1000))
+    }
+
+    private static func pathComponent(_ id: String) -> String {
+        id.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? id
+    }
+
+    private static func queryValue(_ value: String) -> String {
+        value.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-_.~"))) ?? value
+    }
+}

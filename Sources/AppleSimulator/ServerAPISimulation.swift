@@ -1,0 +1,166 @@
+import AppStoreModels
+import Foundation
+
+/// One subscription or purchase chain as the simulated Server API knows it (scenario `api.chains`):
+///
+///     "2000000000000001": {
+///       "environment": "Sandbox", "bundle_id": "com.example.app", "page_size": 2, "status": 1,
+///       "transactions": [{"transactionId": "...", "productId": "...", "purchaseDate": 1700000000000, ...}],
+///       "renewal": {"autoRenewStatus": 1, "autoRenewProductId": "..."},
+///       "faults": [{"http": 429, "retry_after_ms": 1500}, {"http": 500, "error_code": 5000001}]
+///     }
+///
+/// Payloads are Apple's decoded JSON; the simulator fills `originalTransactionId`, `bundleId`,
+/// `environment` and `signedDate` where a payload leaves them out, and signs them.
+public struct SimulatedAPIChain: @unchecked Sendable {
+    // Immutable after init; the payloads are plain JSON values.
+    public var environment: String
+    public var bundleId: String
+    public var pageSize: Int
+    public var status: Int
+    public var transactions: [[String: Any]]
+    public var renewal: [String: Any]?
+    public var faults: [SimulatedAPIFault]
+
+    init(spec: [String: Any]) throws {
+        environment = spec["environment"] as? String ?? "Production"
+        bundleId = spec["bundle_id"] as? String ?? "com.example.app"
+        pageSize = max(1, spec["page_size"] as? Int ?? 20)
+        status = spec["status"] as? Int ?? 1
+        transactions = spec["transactions"] as? [[String: Any]] ?? []
+        renewal = spec["renewal"] as? [String: Any]
+        faults = try (spec["faults"] as? [[String: Any]] ?? []).map(SimulatedAPIFault.init)
+    }
+}
+
+/// One scripted fault of the API: an HTTP status, with Apple's error code, or `Retry-After`.
+public struct SimulatedAPIFault: Sendable, Equatable {
+    public var http: Int
+    public var errorCode: Int?
+    /// Milliseconds from now, sent as the UNIX time in milliseconds the API uses.
+    public var retryAfterMilliseconds: Int?
+
+    init(_ spec: [String: Any]) throws {
+        guard let http = spec["http"] as? Int else { throw SimulatorError("an api fault needs \"http\"") }
+        self.http = http
+        errorCode = spec["error_code"] as? Int
+        retryAfterMilliseconds = spec["retry_after_ms"] as? Int
+    }
+}
+
+extension AppleSimulator {
+    /// `GET [/sandbox]/inApps/v2/history/{id}[?revision=N]` and `GET [/sandbox]/inApps/v1/subscriptions/{id}`.
+    func handleServerAPI(method: String, target: String, authorization: String?) -> SimulatedReply {
+        let sandbox = target.hasPrefix("/sandbox/")
+        let endpoint = sandbox ? "Sandbox" : "Production"
+        let (path, query) = Self.split(target: sandbox ? String(target.dropFirst("/sandbox".count)) : target)
+        guard let chain = signingChain else { return Self.apiError(404, 4040000, "the simulator serves no API without a signing chain") }
+        if scenario.apiUnauthorized || !Self.isWellFormedToken(authorization) {
+            return .respond(status: 401, body: [])
+        }
+        guard method == "GET" else { return Self.apiError(405, 4050000, "method not allowed") }
+        let parts = path.split(separator: "/").map(String.init)
+        guard parts.count == 4, parts[0] == "inApps", let id = parts[3].removingPercentEncoding else {
+            return Self.apiError(404, 4040000, "not found")
+        }
+        let kind: String
+        switch (parts[1], parts[2]) {
+        case ("v2", "history"): kind = "history"
+        case ("v1", "subscriptions"): kind = "subscriptions"
+        default: return Self.apiError(404, 4040000, "not found")
+        }
+        // A chain is found by its original transaction id, or by any of its transactions' ids.
+        guard let (original, known) = scenario.apiChains.first(where: { key, value in
+            key == id || value.transactions.contains { ($0["transactionId"] as? String) == id }
+        }) else {
+            return Self.apiError(404, 4040010, "Transaction id not found.")
+        }
+        let attempt = known.faults.isEmpty ? 1 : attempts.withLock { counts in
+            counts["api:\(kind):\(original)", default: 0] += 1
+            return counts["api:\(kind):\(original)"]!
+        }
+        if attempt <= known.faults.count {
+            let fault = known.faults[attempt - 1]
+            var headers: [String: String] = [:]
+            if let wait = fault.retryAfterMilliseconds { headers["Retry-After"] = String(Int64(Date().timeIntervalSince1970 * 1000) + Int64(wait)) }
+            let body = fault.errorCode.map { Self.json(["errorCode": $0, "errorMessage": "simulated"]) } ?? []
+            return .respond(status: fault.http, headers: headers, body: body)
+        }
+        guard known.environment == endpoint else { return Self.apiError(404, 4040010, "Transaction id not found.") }
+        do {
+            return kind == "history"
+                ? .respond(status: 200, body: try history(known, original: original, revision: query["revision"], chain: chain))
+                : .respond(status: 200, body: try statuses(known, original: original, chain: chain))
+        } catch {
+            return .respond(status: 500, body: Array("simulator: \(error)".utf8))
+        }
+    }
+
+    private func history(_ known: SimulatedAPIChain, original: String, revision: String?, chain: SigningChain) throws -> [UInt8] {
+        let start = revision.flatMap { Int($0.dropFirst("page-".count)) } ?? 0
+        let page = Array(known.transactions.dropFirst(start).prefix(known.pageSize))
+        let next = start + page.count
+        let hasMore = next < known.transactions.count
+        var body: [String: Any] = [
+            "bundleId": known.bundleId, "environment": known.environment, "hasMore": hasMore, "revision": "page-\(next)",
+            "signedTransactions": try page.map { try sign($0, known, original: original, chain: chain, isTransaction: true) },
+        ]
+        if known.environment == "Production" { body["appAppleId"] = 1234567890 }
+        return Self.json(body)
+    }
+
+    private func statuses(_ known: SimulatedAPIChain, original: String, chain: SigningChain) throws -> [UInt8] {
+        let latest = known.transactions.max { ($0["purchaseDate"] as? Int64 ?? 0) < ($1["purchaseDate"] as? Int64 ?? 0) }
+        var last: [String: Any] = ["originalTransactionId": original, "status": known.status]
+        if let latest { last["signedTransactionInfo"] = try sign(latest, known, original: original, chain: chain, isTransaction: true) }
+        if let renewal = known.renewal { last["signedRenewalInfo"] = try sign(renewal, known, original: original, chain: chain, isTransaction: false) }
+        let group = latest?["subscriptionGroupIdentifier"] as? String ?? "group"
+        return Self.json([
+            "bundleId": known.bundleId, "environment": known.environment,
+            "data": [["subscriptionGroupIdentifier": group, "lastTransactions": [last]]],
+        ])
+    }
+
+    private func sign(_ payload: [String: Any], _ known: SimulatedAPIChain, original: String, chain: SigningChain, isTransaction: Bool) throws -> String {
+        var payload = payload
+        if payload["originalTransactionId"] == nil { payload["originalTransactionId"] = original }
+        if payload["environment"] == nil { payload["environment"] = known.environment }
+        if payload["signedDate"] == nil { payload["signedDate"] = Int64(Date().timeIntervalSince1970 * 1000) }
+        if isTransaction && payload["bundleId"] == nil { payload["bundleId"] = known.bundleId }
+        return try chain.sign(Array(JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys, .withoutEscapingSlashes])))
+    }
+
+    /// What Apple checks of a token before anything else: an ES256 JWT for App Store Connect,
+    /// with a key id, an app, and at most an hour of life. (The signature needs the team's public
+    /// key, which the simulator does not have.)
+    static func isWellFormedToken(_ authorization: String?) -> Bool {
+        guard let authorization, authorization.hasPrefix("Bearer ") else { return false }
+        let parts = authorization.dropFirst("Bearer ".count).split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let headerBytes = Base64URL.decode(Array(parts[0].utf8)), let claimBytes = Base64URL.decode(Array(parts[1].utf8)),
+              let signature = Base64URL.decode(Array(parts[2].utf8)), signature.count == 64,
+              let header = try? JSONSerialization.jsonObject(with: Data(headerBytes)) as? [String: Any],
+              let claims = try? JSONSerialization.jsonObject(with: Data(claimBytes)) as? [String: Any],
+              header["alg"] as? String == "ES256", header["typ"] as? String == "JWT", header["kid"] is String,
+              claims["aud"] as? String == "appstoreconnect-v1", claims["iss"] is String, claims["bid"] is String,
+              let issued = claims["iat"] as? Int64, let expires = claims["exp"] as? Int64
+        else { return false }
+        let now = Int64(Date().timeIntervalSince1970)
+        return expires > now && expires - issued <= 3600 && issued <= now + 60
+    }
+
+    static func apiError(_ status: Int, _ code: Int, _ message: String) -> SimulatedReply {
+        .respond(status: status, body: json(["errorCode": code, "errorMessage": message]))
+    }
+
+    static func split(target: String) -> (path: String, query: [String: String]) {
+        let pieces = target.split(separator: "?", maxSplits: 1)
+        var query: [String: String] = [:]
+        if pieces.count == 2 {
+            for pair in pieces[1].split(separator: "&") {
+                let kv = pair.split(separator: "=", maxSplits: 1)
+                if kv.count == 2 { query[String(kv[0])] = String(kv[1]).removingPercentEncoding }
+            }
+        }
+        return (String(pieces.first ?? ""), query)
+    }
+}

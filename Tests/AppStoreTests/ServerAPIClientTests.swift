@@ -1,0 +1,177 @@
+import AppStoreModels
+import Crypto
+import Foundation
+import Logging
+import SignedData
+import Testing
+import TestSupport
+import Throttling
+@testable import AppStore
+
+/// The App Store Server API client against the real simulator over loopback, and its token.
+@Suite struct ServerAPIClientTests {
+    static let signingDirectory = FileManager.default.temporaryDirectory.appending(path: "rr-signing-\(UUID().uuidString)")
+    static let policy = VerificationPolicy(
+        maximumAttempts: 3, backoff: Backoff(base: .milliseconds(5), maximum: .milliseconds(20)),
+        connectTimeout: .seconds(2), requestTimeout: .seconds(5))
+
+    static func credentials() throws -> ServerAPICredentials {
+        let pem = String(decoding: try Fixtures.bytes("asapi/apple-lib/swift/certs/testSigningKey.p8"), as: UTF8.self)
+        return try ServerAPICredentials(issuerId: "issuer-1", keyId: "KEY123", bundleId: "com.example.app", privateKeyPEM: pem)
+    }
+
+    /// A simulator serving `chains`, and a client of it sharing a verifyReceipt client's limits.
+    static func world(_ chains: [String: [String: Any]], unauthorized: Bool = false) throws -> (SimulatorProcess, ServerAPIClient, VerifyReceiptClient) {
+        let simulator = try SimulatorProcess(
+            scenario: ["api": ["chains": chains, "unauthorized": unauthorized]], arguments: ["--signing-dir", signingDirectory.path])
+        let base = "http://127.0.0.1:\(simulator.port)"
+        let verifyReceipt = VerifyReceiptClient(
+            endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: nil, policy: policy,
+            concurrency: 8, logger: .quiet)
+        let client = ServerAPIClient(
+            endpoints: .init(production: base, sandbox: base + "/sandbox"), token: ServerAPIToken(credentials: try credentials()),
+            sharing: verifyReceipt, policy: policy, logger: .quiet)
+        return (simulator, client, verifyReceipt)
+    }
+
+    static func transactions(_ count: Int, original: String = "2000000000000001") -> [[String: Any]] {
+        let month: Int64 = 2_592_000_000
+        let start: Int64 = 1_700_000_000_000
+        return (0..<count).map { index -> [String: Any] in
+            let id: String = index == 0 ? original : original + String(format: "%03d", index)
+            let purchased: Int64 = start + Int64(index) * month
+            return ["transactionId": id, "productId": "pro.monthly", "type": "Auto-Renewable Subscription",
+                    "purchaseDate": purchased, "expiresDate": purchased + month]
+        }
+    }
+
+    static func verifier() throws -> SignedDataVerifier {
+        let root = Array(try Data(contentsOf: signingDirectory.appending(path: "root.der")))
+        return try SignedDataVerifier(configuration: .init(trustedRoots: [root], bundleIds: ["com.example.app"]))
+    }
+
+    @Test func aLongHistoryIsFollowedPageByPageAndVerifies() async throws {
+        let (simulator, client, shared) = try Self.world(["2000000000000001": ["environment": "Production", "page_size": 2, "transactions": Self.transactions(5)]])
+        defer { shared.shutdown(); simulator.stop() }
+        let outcome = await client.transactionHistory(originalTransactionId: "2000000000000001")
+        let signed = try outcome.result.get()
+        #expect(signed.count == 5)
+        #expect(outcome.requests == 3)  // pages of 2, 2 and 1
+        #expect(outcome.environment == .production)
+        let verifier = try Self.verifier()
+        var ids: [String] = []
+        for jws in signed { ids.append(try await verifier.verify(jws, as: JWSTransaction.self, environment: .host(.production)).transactionId) }
+        #expect(ids == Self.transactions(5).map { $0["transactionId"] as! String })
+    }
+
+    @Test func rateLimitsAndRetryableErrorsAreRetried() async throws {
+        let (simulator, client, shared) = try Self.world(["2000000000000001": [
+            "environment": "Production", "transactions": Self.transactions(1),
+            "faults": [["http": 429, "error_code": 4290000, "retry_after_ms": 200], ["http": 500, "error_code": 5000001]],
+        ]])
+        defer { shared.shutdown(); simulator.stop() }
+        let outcome = await client.transactionHistory(originalTransactionId: "2000000000000001")
+        #expect(try outcome.result.get().count == 1)
+        #expect(outcome.attempts == 3 && outcome.requests == 3)
+    }
+
+    @Test func aTransactionUnknownInProductionIsAskedOfSandboxOnce() async throws {
+        let (simulator, client, shared) = try Self.world(["2000000000000001": ["environment": "Sandbox", "transactions": Self.transactions(2)]])
+        defer { shared.shutdown(); simulator.stop() }
+        let outcome = await client.transactionHistory(originalTransactionId: "2000000000000001")
+        #expect(try outcome.result.get().count == 2)
+        #expect(outcome.endpoints == [.production, .sandbox])
+        #expect(outcome.environment == .sandbox)
+        // Unknown everywhere: one hop, then a final failure naming Apple's error code.
+        let missing = await client.transactionHistory(originalTransactionId: "999")
+        #expect(missing.endpoints == [.production, .sandbox])
+        guard case .failure(.failed(let status, let code, _)) = missing.result else { Issue.record("expected a final failure"); return }
+        #expect(status == 404 && code == 4040010)
+    }
+
+    @Test func aRefusedTokenIsUnauthorized() async throws {
+        let (simulator, client, shared) = try Self.world(["2000000000000001": ["transactions": Self.transactions(1)]], unauthorized: true)
+        defer { shared.shutdown(); simulator.stop() }
+        let outcome = await client.subscriptionStatuses(originalTransactionId: "2000000000000001")
+        guard case .failure(.unauthorized(let reason)) = outcome.result else { Issue.record("expected unauthorized"); return }
+        #expect(reason.contains("APPSTORE_KEY_ID"))
+        #expect(outcome.attempts == 1)  // never retried
+    }
+
+    @Test func otherClientErrorsAreFinalWithApplesCode() async throws {
+        let (simulator, client, shared) = try Self.world(["2000000000000001": [
+            "transactions": Self.transactions(1), "faults": [["http": 400, "error_code": 4000006]],
+        ]])
+        defer { shared.shutdown(); simulator.stop() }
+        let outcome = await client.transactionHistory(originalTransactionId: "2000000000000001")
+        guard case .failure(.failed(400, 4000006, let reason)) = outcome.result else { Issue.record("expected final 4000006"); return }
+        #expect(reason.contains("errorCode 4000006"))
+        #expect(outcome.attempts == 1)
+    }
+
+    @Test func subscriptionStatusesCarryTheLastTransactionAndRenewalInfo() async throws {
+        let (simulator, client, shared) = try Self.world(["2000000000000001": [
+            "environment": "Production", "status": 2, "transactions": Self.transactions(3),
+            "renewal": ["autoRenewStatus": 0, "autoRenewProductId": "pro.monthly", "expirationIntent": 1],
+        ]])
+        defer { shared.shutdown(); simulator.stop() }
+        let statuses = try await client.subscriptionStatuses(originalTransactionId: "2000000000000001").result.get()
+        let last = try #require(statuses.lastTransactions.first)
+        #expect(last.status == 2 && last.originalTransactionId == "2000000000000001")
+        let verifier = try Self.verifier()
+        let transaction = try await verifier.verify(try #require(last.signedTransactionInfo), as: JWSTransaction.self, environment: .host(.production))
+        #expect(transaction.transactionId == "2000000000000001002")
+        let renewal = try await verifier.verify(try #require(last.signedRenewalInfo), as: JWSRenewalInfo.self, environment: .host(.production))
+        #expect(renewal.autoRenewStatus == 0 && renewal.expirationIntent == 1)
+    }
+
+    // MARK: The token
+
+    @Test func theTokenIsAnES256JWTForAppStoreConnectRenewedBeforeItExpires() throws {
+        let credentials = try Self.credentials()
+        let token = ServerAPIToken(credentials: credentials)
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let first = try token.authorization(now: now)
+        #expect(first.hasPrefix("Bearer "))
+        let parts = first.dropFirst("Bearer ".count).split(separator: ".").map(String.init)
+        #expect(parts.count == 3)
+        let header = try JSONSerialization.jsonObject(with: Data(try #require(Base64URL.decode(Array(parts[0].utf8))))) as! [String: Any]
+        let claims = try JSONSerialization.jsonObject(with: Data(try #require(Base64URL.decode(Array(parts[1].utf8))))) as! [String: Any]
+        #expect(header["alg"] as? String == "ES256" && header["kid"] as? String == "KEY123" && header["typ"] as? String == "JWT")
+        #expect(claims["iss"] as? String == "issuer-1" && claims["aud"] as? String == "appstoreconnect-v1" && claims["bid"] as? String == "com.example.app")
+        let issued = try #require(claims["iat"] as? Int), expires = try #require(claims["exp"] as? Int)
+        #expect(issued == 1_800_000_000 && expires - issued <= 3600 && expires > issued)
+        // Signed with the key: its public half verifies the signature.
+        let pem = String(decoding: try Fixtures.bytes("asapi/apple-lib/swift/certs/testSigningKey.p8"), as: UTF8.self)
+        let publicKey = try P256.Signing.PrivateKey(pemRepresentation: pem).publicKey
+        let signature = try P256.Signing.ECDSASignature(rawRepresentation: try #require(Base64URL.decode(Array(parts[2].utf8))))
+        #expect(publicKey.isValidSignature(signature, for: Array((parts[0] + "." + parts[1]).utf8)))
+        // Made once: the same token until it nears its expiry, then a new one.
+        #expect(try token.authorization(now: now.addingTimeInterval(60)) == first)
+        #expect(try token.authorization(now: now.addingTimeInterval(ServerAPIToken.lifetime - ServerAPIToken.renewalMargin + 1)) != first)
+    }
+
+    @Test func theKeyNeverShows() throws {
+        let credentials = try Self.credentials()
+        let pem = String(decoding: try Fixtures.bytes("asapi/apple-lib/swift/certs/testSigningKey.p8"), as: UTF8.self)
+        let keyLine = try #require(pem.split(separator: "\n").dropFirst().first)
+        #expect(!"\(credentials)".contains(keyLine))
+        #expect(!String(reflecting: credentials).contains(keyLine))
+        do {
+            _ = try ServerAPICredentials(issuerId: "i", keyId: "k", bundleId: "b", privateKeyPEM: "-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWJ1dC1icm9rZW4=\n-----END PRIVATE KEY-----")
+            Issue.record("a broken key was accepted")
+        } catch {
+            #expect(!"\(error)".contains("c2VjcmV0"))
+        }
+    }
+
+    static let retryAfters: [(String?, Duration?)] = [
+        (nil, nil), ("soon", nil), ("inf", nil), ("nan", nil), ("1e300", .seconds(86_400)), ("0", .zero),
+        ("1800000001500", .milliseconds(1500)),
+    ]
+
+    @Test(arguments: retryAfters)
+    func retryAfterIsAUnixTimeInMillisecondsAndNeverUnbounded(value: String?, expected: Duration?) {
+        #expect(ServerAPIClient.retryAfter(value, now: Date(timeIntervalSince1970: 1_800_000_000)) == expected)
+    }
+}
