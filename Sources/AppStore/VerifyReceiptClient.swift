@@ -210,10 +210,12 @@ public final class VerifyReceiptClient: Sendable {
             + Array(#"","password":\#(secret),"exclude-old-transactions":\#(exclude)}"#.utf8)
     }
 
-    /// `Retry-After` in seconds (the HTTP-date form is read as "soon").
+    /// `Retry-After` in seconds (the HTTP-date form is read as "soon"). A value that is no finite
+    /// number is "soon" too, and one past a day is capped there (and then not waited for): a
+    /// broken proxy's `inf` or `1e300` must neither trap nor stall the run.
     static func retryAfter(_ value: String?) -> Duration? {
         guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
-        if let seconds = Double(value), seconds >= 0 { return .milliseconds(Int64(seconds * 1000)) }
+        if let seconds = Double(value), seconds.isFinite, seconds >= 0 { return .milliseconds(Int64(min(seconds, 86_400) * 1000)) }
         return .seconds(1)
     }
 

@@ -236,8 +236,9 @@ final class Transfer: @unchecked Sendable {
         check(rr_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2))
         check(rr_curl_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS)))
         check(rr_curl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, preferMultiplexing ? 1 : 0))
-        check(rr_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, request.connectTimeout.milliseconds))
-        check(rr_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, request.totalTimeout.milliseconds))
+        // libcurl reads 0 as "no limit": every request has one, of 1 ms at the least.
+        check(rr_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, max(1, request.connectTimeout.milliseconds)))
+        check(rr_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, max(1, request.totalTimeout.milliseconds)))
         check(rr_curl_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, ""))
         check(rr_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, request.method))
         check(rr_curl_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer))

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 
 /// receipt-reconciler: keeps in-app-purchase entitlements true to what Apple says.
 @main
@@ -20,4 +21,22 @@ struct ReceiptReconciler: AsyncParsableCommand {
             SeedDemoCommand.self,
         ]
     )
+
+    /// ArgumentParser's own `main`, but bad usage exits 2, as the contract says (not 64).
+    static func main() async {
+        disableCoreDumps()
+        unblockStopSignals()
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            guard exitCode(for: error) == .validationFailure else { exit(withError: error) }
+            FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+            Foundation.exit(ExitStatus.configuration.rawValue)
+        }
+    }
 }

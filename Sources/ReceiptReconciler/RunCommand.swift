@@ -114,6 +114,24 @@ func raiseOpenFileLimit() {
     _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
 }
 
+/// No core dump of this process: it holds the shared secret, the database password and the
+/// App Store Connect key in memory, and a dump would write them to disk. Done first thing in `main`.
+func disableCoreDumps() {
+    var none = rlimit(rlim_cur: 0, rlim_max: 0)
+    _ = setrlimit(Int32(RLIMIT_CORE.rawValue), &none)
+}
+
+/// Lets SIGTERM and SIGINT reach this process even when its parent started it with them blocked
+/// (a blocked mask is inherited across exec; a test runner's worker threads block every signal):
+/// `systemctl stop`, `kubectl delete` and Ctrl-C must always be heard. Done first thing in `main`.
+func unblockStopSignals() {
+    var signals = sigset_t()
+    sigemptyset(&signals)
+    sigaddset(&signals, SIGTERM)
+    sigaddset(&signals, SIGINT)
+    _ = pthread_sigmask(SIG_UNBLOCK, &signals, nil)
+}
+
 /// The last stop signal received (0: none). Atomic: written by the signal handler, read by the watcher.
 let stopSignal = Atomic<Int32>(0)
 
@@ -139,12 +157,13 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     raiseOpenFileLimit()
     let connectionString = try database.connectionString()
     let secret = try common.sharedSecret()
+    let endpoints = try common.endpoints()
     let connections = ReconciliationRun.Connections(
         lock: try await PostgresConnection.connect(connectionString),
         reader: try await PostgresConnection.connect(connectionString),
         writer: try await PostgresConnection.connect(connectionString))
     let client = VerifyReceiptClient(
-        endpoints: common.endpoints(), sharedSecret: secret, policy: options.policy, concurrency: options.concurrency,
+        endpoints: endpoints, sharedSecret: secret, policy: options.policy, concurrency: options.concurrency,
         requestsPerSecond: options.requestsPerSecond, logger: logger)
     defer { client.shutdown() }
     let run = ReconciliationRun(options: options, connections: connections, client: client, sharedSecret: secret, logger: logger)

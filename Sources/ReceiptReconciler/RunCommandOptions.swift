@@ -13,16 +13,22 @@ struct TimeLength: ExpressibleByArgument, Sendable {
 
     init(seconds: TimeInterval) { self.seconds = seconds }
 
+    /// Ten years: longer is no time a nightly job means, and past it `Duration` arithmetic could trap.
+    static let maximumSeconds: TimeInterval = 3650 * 86_400
+
     init?(argument: String) {
         let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86_400)]
-        for (suffix, scale) in units where argument.hasSuffix(suffix) {
-            guard let value = Double(argument.dropLast(suffix.count)), value >= 0 else { return nil }
-            seconds = value * scale
-            return
+        var scale = 1.0
+        var number = Substring(argument)
+        if let (suffix, unit) = units.first(where: { argument.hasSuffix($0.0) }) {
+            number = number.dropLast(suffix.count)
+            scale = unit
         }
-        guard let value = Double(argument), value >= 0 else { return nil }
-        seconds = value
+        // "inf", "nan" and 1e300 parse as Doubles: refused here, never a trap later.
+        guard let value = Double(number), value.isFinite, value >= 0, value * scale <= Self.maximumSeconds else { return nil }
+        seconds = value * scale
     }
+
 
     var duration: Duration { .milliseconds(Int64(seconds * 1000)) }
 }
@@ -110,15 +116,23 @@ struct RunCommandOptions: ParsableArguments {
         guard (0...1).contains(maxRevokeRatio) else { throw ValidationError("--max-revoke-ratio must be between 0 and 1") }
         if let rateLimit, rateLimit <= 0 { throw ValidationError("--rate-limit must be positive") }
         guard batchSize >= 1 && batchSize <= 50_000 else { throw ValidationError("--batch-size must be between 1 and 50000") }
+        // libcurl reads a zero timeout as "no limit": a request could then wait forever.
+        guard requestTimeout.seconds >= 0.001 else { throw ValidationError("--request-timeout must be at least 1ms (0 would mean no limit)") }
+        guard progressInterval.seconds >= 0.1 else { throw ValidationError("--progress-interval must be at least 100ms") }
     }
 
-    func endpoints() -> VerifyReceiptClient.Endpoints {
+    /// Apple's addresses; each one must be `https://`, or `http://` on loopback (the simulator),
+    /// so that a typo cannot send the shared secret in clear.
+    func endpoints() throws -> VerifyReceiptClient.Endpoints {
         let environment = ProcessInfo.processInfo.environment
-        return VerifyReceiptClient.Endpoints(
+        let endpoints = VerifyReceiptClient.Endpoints(
             production: appleProductionURL ?? environment["APPLE_PRODUCTION_URL"].flatMap { $0.isEmpty ? nil : $0 }
                 ?? VerifyReceiptClient.Endpoints.apple.production,
             sandbox: appleSandboxURL ?? environment["APPLE_SANDBOX_URL"].flatMap { $0.isEmpty ? nil : $0 }
                 ?? VerifyReceiptClient.Endpoints.apple.sandbox)
+        try AppleURL.check(endpoints.production, name: "the production URL (--apple-production-url, APPLE_PRODUCTION_URL)")
+        try AppleURL.check(endpoints.sandbox, name: "the sandbox URL (--apple-sandbox-url, APPLE_SANDBOX_URL)")
+        return endpoints
     }
 
     func sharedSecret() throws -> String {
@@ -215,5 +229,22 @@ struct AppIdentityOptions: ParsableArguments {
             throw ConfigurationError("--apple-root-certificate: \(error)")
         }
         return roots
+    }
+}
+
+/// Where Apple's secrets and answers may travel.
+enum AppleURL {
+    /// `https://` anywhere; `http://` only to a loopback address, where the simulator runs.
+    static func check(_ text: String, name: String) throws {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), let host = url.host(percentEncoded: false)?.lowercased(),
+              !host.isEmpty else {
+            throw ConfigurationError("\(name) is not a URL")
+        }
+        switch scheme {
+        case "https": return
+        case "http" where host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127."): return
+        case "http": throw ConfigurationError("\(name) is http:// to \(host): refused, the shared secret would travel in clear (http:// is allowed on loopback only, for the simulator)")
+        default: throw ConfigurationError("\(name) must be https://")
+        }
     }
 }

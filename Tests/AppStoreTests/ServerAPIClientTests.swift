@@ -1,6 +1,7 @@
 import AppStoreModels
 import Crypto
 import Foundation
+import HTTP
 import Logging
 import SignedData
 import Testing
@@ -173,5 +174,37 @@ import Throttling
     @Test(arguments: retryAfters)
     func retryAfterIsAUnixTimeInMillisecondsAndNeverUnbounded(value: String?, expected: Duration?) {
         #expect(ServerAPIClient.retryAfter(value, now: Date(timeIntervalSince1970: 1_800_000_000)) == expected)
+    }
+}
+
+/// The verifyReceipt client's `Retry-After` (seconds) and the HTTP layer's timeouts: odd values
+/// neither trap nor wait without end.
+@Suite struct OddValueTests {
+    static let retryAfters: [(String?, Duration?)] = [
+        (nil, nil), ("", nil), ("2", .seconds(2)), ("0.5", .milliseconds(500)), ("inf", .seconds(1)), ("nan", .seconds(1)),
+        ("1e300", .seconds(86_400)), ("-5", .seconds(1)), ("Wed, 21 Oct 2026 07:28:00 GMT", .seconds(1)),
+    ]
+
+    @Test(arguments: retryAfters)
+    func verifyReceiptRetryAfter(value: String?, expected: Duration?) {
+        #expect(VerifyReceiptClient.retryAfter(value) == expected)
+    }
+
+    /// libcurl reads a zero timeout as "no limit": the client never hands it one.
+    @Test func aZeroTimeoutStillTimesOut() async throws {
+        let simulator = try SimulatorProcess(scenario: ["receipts": [receiptBlob("slow"): ["faults": [["delay_ms": 5000]], "repeat_faults": true]]])
+        defer { simulator.stop() }
+        let http = HTTPClient()
+        defer { http.shutdown() }
+        let request = HTTPRequest(
+            url: simulator.productionURL, method: "POST", headers: ["Content-Type: application/json"],
+            body: Array(#"{"receipt-data":"\#(receiptBlob("slow"))"}"#.utf8), connectTimeout: .zero, totalTimeout: .zero,
+            maximumResponseBytes: 1 << 20)
+        do {
+            let response = try await http.execute(request)
+            Issue.record("answered after the 5 s delay (HTTP \(response.status)): the zero timeout meant no limit")
+        } catch {
+            #expect(error.kind == .timeout)
+        }
     }
 }

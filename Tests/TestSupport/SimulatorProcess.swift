@@ -11,6 +11,7 @@ public final class SimulatorProcess: @unchecked Sendable {
     private let lifeline = Pipe()
 
     public var productionURL: String { "http://127.0.0.1:\(port)/verifyReceipt" }
+    public var processIdentifier: Int32 { process.processIdentifier }
     public var sandboxURL: String { "http://127.0.0.1:\(port)/sandbox/verifyReceipt" }
 
     /// Starts the simulator with `scenario` (the JSON object of a scenario file).

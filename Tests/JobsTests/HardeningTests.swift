@@ -1,0 +1,57 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// What a careless configuration or a hostile peer does to the job (issue #19, the first items):
+/// a clear error or a clamped value, never a trap, an unbounded wait or a secret in clear.
+@Suite struct HardeningTests {
+    static let environment = ["DATABASE_URL": "host=127.0.0.1 port=1 dbname=none connect_timeout=1", "APPLE_SHARED_SECRET": "s3cret"]
+
+    static let oddOptions: [[String]] = [
+        ["--expiry-lag", "inf"], ["--expiry-lag", "nan"], ["--expiry-lag", "1e300s"], ["--stale-after", "99999d"],
+        ["--notification-max-age", "-1"], ["--request-timeout", "0"], ["--request-timeout", "0ms"], ["--progress-interval", "0"],
+        ["--concurrency", "0"],
+    ]
+
+    @Test(arguments: oddOptions)
+    func anOddNumberIsAUsageErrorNeverATrap(option: [String]) async throws {
+        let result = try await CLIProcess.run(["run"] + option, environment: Self.environment)
+        #expect(result.status == 2)
+        #expect(result.stderr.contains("Error: "))
+        #expect(!result.stderr.contains("Fatal error") && !result.stderr.contains("crashed"))
+    }
+
+    static let refusedURLs = [
+        "http://example.com/verifyReceipt", "http://buy.itunes.apple.com/verifyReceipt", "ftp://127.0.0.1/x", "not a url",
+    ]
+
+    @Test(arguments: refusedURLs)
+    func appleIsNeverAskedInClearButOnLoopback(url: String) async throws {
+        var environment = Self.environment
+        environment["APPLE_PRODUCTION_URL"] = url
+        let result = try await CLIProcess.run(["run", "--log-format", "json"], environment: environment)
+        #expect(result.status == 2)
+        #expect(result.stderr.contains("production URL"))
+        #expect(!result.stderr.contains("s3cret"))
+    }
+
+    @Test func loopbackHTTPIsTheSimulatorAndAllowed() async throws {
+        var environment = Self.environment
+        environment["APPLE_PRODUCTION_URL"] = "http://127.0.0.1:9/verifyReceipt"
+        environment["APPLE_SANDBOX_URL"] = "http://localhost:9/sandbox/verifyReceipt"
+        let result = try await CLIProcess.run(["run", "--log-format", "json"], environment: environment)
+        // Past the URL check: it fails on the (unreachable) database instead.
+        #expect(!result.stderr.contains("production URL") && !result.stderr.contains("sandbox URL"))
+        #expect(result.stderr.contains("database"))
+    }
+
+    /// The process holds the shared secret and the key: it never dumps core.
+    @Test func noCoreDumps() async throws {
+        let simulator = try SimulatorProcess()
+        defer { simulator.stop() }
+        let limits = try String(contentsOfFile: "/proc/\(simulator.processIdentifier)/limits", encoding: .utf8)
+        let line = try #require(limits.split(separator: "\n").first { $0.hasPrefix("Max core file size") })
+        let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+        #expect(fields[4] == "0" && fields[5] == "0")  // soft and hard
+    }
+}
