@@ -91,7 +91,7 @@ let package = Package(
         .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "CivilCalendar", "TestSupport"]),
         .testTarget(
             name: "JobsTests",
-            dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "Reconciliation", "Postgres", "TestSupport", logging],
+            dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "CivilCalendar", "Reconciliation", "Postgres", "TestSupport", logging],
             exclude: ["Golden"]
         ),
     ]

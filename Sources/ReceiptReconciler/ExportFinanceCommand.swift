@@ -33,6 +33,11 @@ struct ExportFinanceCommand: AsyncParsableCommand {
     @Flag(help: "Include sandbox transactions.")
     var includeSandbox = false
 
+    @Flag(help: ArgumentHelp(
+        "Write every cell as it is, for machine readers.",
+        discussion: "By default a cell that would start with =, +, -, @, a tab or a carriage return and is not a number gets a leading ' so that a spreadsheet shows it as text, never runs it as a formula."))
+    var rawCells = false
+
     func validate() throws {
         guard let start = parseTime(from) else { throw ValidationError("--from: not an ISO 8601 date or time: \(from)") }
         guard let end = parseTime(to) else { throw ValidationError("--to: not an ISO 8601 date or time: \(to)") }
@@ -47,7 +52,7 @@ struct ExportFinanceCommand: AsyncParsableCommand {
             do {
                 let rows = try await FinanceExport.export(
                     connection: connection, from: parseTime(from)!, to: parseTime(to)!, includeSandbox: includeSandbox,
-                    write: sink.write)
+                    formulaSafe: !rawCells, write: sink.write)
                 try sink.commit()
                 logger.info("finance.exported", metadata: ["finance.rows": "\(rows)", "finance.output": "\(output ?? "stdout")"])
             } catch {

@@ -18,7 +18,8 @@ public enum FinanceExport {
     /// or 1, not an upgrade). Ordered by event time, then transaction id. `write` gets CSV text in
     /// chunks, header first.
     public static func export(
-        connection: PostgresConnection, from: Date, to: Date, includeSandbox: Bool, write: (String) throws -> Void
+        connection: PostgresConnection, from: Date, to: Date, includeSandbox: Bool, formulaSafe: Bool = true,
+        write: (String) throws -> Void
     ) async throws -> Int {
         var rows = 0
         var buffer = CSV.row(columns)
@@ -53,7 +54,7 @@ public enum FinanceExport {
             """, fetchSize: 5_000) { cursor in
             for try await batch in cursor {
                 for row in batch {
-                    buffer += CSV.row(try fields(row))
+                    buffer += CSV.row(try fields(row), formulaSafe: formulaSafe)
                     rows += 1
                 }
                 try write(buffer)
