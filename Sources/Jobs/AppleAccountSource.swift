@@ -37,6 +37,13 @@ struct VerifyReceiptSource: AppleAccountSource {
     func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts) async -> [ReceiptVerification] {
         var verifications: [ReceiptVerification] = []
         for receipt in work.receipts {
+            if let bytes = receipt.oversizeBytes {
+                // Refused unread: neither decoded nor sent (memory stays bounded, whatever is stored).
+                let reason = "the receipt is \(bytes) bytes, more than the \(options.policy.maximumReceiptBytes) a receipt may have"
+                verifications.append(ReceiptVerification(
+                    receipt: receipt, outcome: VerificationOutcome(result: .invalidReceipt(reason: reason), environment: receipt.environment)))
+                continue
+            }
             let local = Self.localDecode(receipt.latestReceipt)
             let outcome = await verify(receipt, local: local, accountId: work.accountId, counts: &counts)
             var verification = ReceiptVerification(receipt: receipt, local: local, outcome: outcome)

@@ -315,7 +315,9 @@ public final class ReconciliationRun: Sendable {
         @Sendable func read(after cursor: String?) async throws -> ReconciliationStore.AccountPage? {
             guard let cursor else { return nil }
             return try await Self.retryingLostConnections(logger: logger) {
-                try await reader.page(after: cursor, limit: options.pageSize, selection: options.selection, now: now)
+                try await reader.page(
+                    after: cursor, limit: options.pageSize, selection: options.selection, now: now,
+                    maximumReceiptBytes: options.policy.maximumReceiptBytes)
             }
         }
         try await withThrowingTaskGroup(of: AccountResult?.self) { accounts in

@@ -87,10 +87,12 @@ public struct ReconciliationStore: Sendable {
     /// The next page after `after`, read from one snapshot: a purchase the app server commits
     /// meanwhile (a receipt and its entitlement) is seen whole or not at all, never as an
     /// entitlement without the receipt that supports it, which would plan a revoke.
-    public func page(after: String, limit: Int, selection: AccountSelection, now: Date) async throws -> AccountPage {
+    public func page(after: String, limit: Int, selection: AccountSelection, now: Date, maximumReceiptBytes: Int = 8 << 20) async throws -> AccountPage {
         try await connection.withTransaction(.snapshotReadOnly) { _ in
             let accounts = try await self.accounts(after: after, limit: limit, selection: selection, now: now)
-            return AccountPage(accounts: accounts, receipts: try await receipts(of: accounts), stored: try await entitlements(of: accounts))
+            return AccountPage(
+                accounts: accounts, receipts: try await receipts(of: accounts, maximumReceiptBytes: maximumReceiptBytes),
+                stored: try await entitlements(of: accounts))
         }
     }
 
@@ -107,10 +109,14 @@ public struct ReconciliationStore: Sendable {
         }
     }
 
-    /// Every receipt of these accounts (an account's entitlements come from all of them).
-    public func receipts(of accounts: [String]) async throws -> [String: [StoredReceipt]] {
+    /// Every receipt of these accounts (an account's entitlements come from all of them). A blob
+    /// larger than `maximumReceiptBytes` is not read at all: PostgreSQL says its size, and the
+    /// run refuses it without holding it in memory.
+    public func receipts(of accounts: [String], maximumReceiptBytes: Int = 8 << 20) async throws -> [String: [StoredReceipt]] {
         let rows = try await connection.query("""
-            SELECT id, account_id, bundle_id, latest_receipt, environment, attempts, xmin::text AS row_version, ledger_digest
+            SELECT id, account_id, bundle_id, environment, attempts, xmin::text AS row_version, ledger_digest,
+                   CASE WHEN octet_length(latest_receipt) > \(maximumReceiptBytes) THEN '' ELSE latest_receipt END AS latest_receipt,
+                   CASE WHEN octet_length(latest_receipt) > \(maximumReceiptBytes) THEN octet_length(latest_receipt) END AS oversize_bytes
             FROM iap.app_receipts WHERE account_id = ANY(\(accounts)) ORDER BY account_id, id
             """)
         var result: [String: [StoredReceipt]] = [:]
@@ -120,7 +126,7 @@ public struct ReconciliationStore: Sendable {
                 latestReceipt: try row.decode("latest_receipt"),
                 environment: AppleEnvironment(appleName: try row.decode("environment", as: String?.self)),
                 attempts: try row.decode("attempts"), rowVersion: try row.decode("row_version"),
-                ledgerDigest: try row.decode("ledger_digest"))
+                ledgerDigest: try row.decode("ledger_digest"), oversizeBytes: try row.decode("oversize_bytes"))
             result[receipt.accountId, default: []].append(receipt)
         }
         return result

@@ -18,9 +18,13 @@ public struct StoredReceipt: Sendable {
     public var rowVersion: String
     /// `LedgerEntry.digest` of the account's ledger rows when it last verified in full.
     public var ledgerDigest: Int64?
+    /// The blob's size when it was too large to read (`latestReceipt` is empty then).
+    public var oversizeBytes: Int?
 
     public init(id: Int64, accountId: String, bundleId: String? = nil, latestReceipt: String,
-                environment: AppleEnvironment? = nil, attempts: Int = 0, rowVersion: String = "", ledgerDigest: Int64? = nil) {
+                environment: AppleEnvironment? = nil, attempts: Int = 0, rowVersion: String = "", ledgerDigest: Int64? = nil,
+                oversizeBytes: Int? = nil) {
+        self.oversizeBytes = oversizeBytes
         self.id = id
         self.accountId = accountId
         self.bundleId = bundleId

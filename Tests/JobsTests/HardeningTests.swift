@@ -55,3 +55,25 @@ import TestSupport
         #expect(fields[4] == "0" && fields[5] == "0")  // soft and hard
     }
 }
+
+/// A blob past 8 MB is refused before it is read: PostgreSQL gives its size, never its bytes.
+@Suite struct OversizeBlobTests {
+    @Test func aHugeBlobIsRefusedUnreadAndTheRestIsVerified() async throws {
+        try await RunWorld.with("oversize") { world in
+            try await world.addReceipt("fine", spec: ["generate": ["subscriptions": [world.subscription(original: "70", endDays: 10)]]])
+            let bytes = 9 << 20
+            try await world.connection.execute("""
+                INSERT INTO iap.app_receipts (account_id, bundle_id, latest_receipt) VALUES ('huge', 'com.example.app', repeat('A', \(bytes)::integer))
+                """)
+            let (summary, _) = try await world.run(world.options())
+            #expect(summary.receipts[.invalidReceipt] == 1)
+            #expect(summary.receipts[.verified] == 1)
+            let failures = try String(contentsOf: try #require(try world.lastReportDirectory()).appending(path: "failures.csv"), encoding: .utf8)
+            let line = try #require(failures.components(separatedBy: "\r\n").first { $0.hasPrefix("huge,") })
+            #expect(line.contains("invalid_receipt"))
+            #expect(line.contains("the receipt is \(bytes) bytes, more than the \(8 << 20) a receipt may have"))
+            // The blob is left as it was: the app server owns it.
+            #expect(try await world.count("SELECT octet_length(latest_receipt) FROM iap.app_receipts WHERE account_id = 'huge'") == bytes)
+        }
+    }
+}
