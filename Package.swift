@@ -87,7 +87,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["Postgres", "HTTP", logging], path: "Tests/TestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport", logging]),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "AppStoreModels", "SignedData", "Throttling", "HTTP", "TestSupport", logging, crypto]),
-        .testTarget(name: "SignedDataTests", dependencies: ["SignedData", "AppStoreModels", "AppleSimulator", "Hashing", "TestSupport"]),
+        .testTarget(name: "SignedDataTests", dependencies: ["SignedData", "AppStoreModels", "AppleSimulator", "Hashing", "Locking", "TestSupport"]),
         .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "CivilCalendar", "TestSupport"]),
         .testTarget(
             name: "JobsTests",

@@ -1,4 +1,7 @@
 import AppStoreModels
+#if canImport(Glibc)
+import Glibc  // rename
+#endif
 import Crypto
 import Foundation
 import SwiftASN1
@@ -61,25 +64,37 @@ public struct SigningChain: Sendable {
             intermediateKey: intermediateKey, leafKey: leafKey)
     }
 
-    /// The chain kept in `directory`, made and written there first if there is none.
+    /// The chain kept in `directory`, made and written there first if there is none. Safe when
+    /// several processes start at once on the same directory: a new chain is written whole in a
+    /// directory of its own and renamed into place; whoever loses the race loads the winner's.
     public static func loadOrCreate(directory: URL) throws -> SigningChain {
-        let files = Files(directory: directory)
-        if FileManager.default.fileExists(atPath: files.leafKey.path) {
-            return SigningChain(
-                root: Array(try Data(contentsOf: files.root)), intermediate: Array(try Data(contentsOf: files.intermediate)),
-                leaf: Array(try Data(contentsOf: files.leaf)),
-                intermediateKey: try P256.Signing.PrivateKey(pemRepresentation: String(contentsOf: files.intermediateKey, encoding: .utf8)),
-                leafKey: try P256.Signing.PrivateKey(pemRepresentation: String(contentsOf: files.leafKey, encoding: .utf8)))
-        }
+        if let existing = try load(directory) { return existing }
         let chain = try create()
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        try Data(chain.root).write(to: files.root, options: .atomic)
-        try Data(chain.intermediate).write(to: files.intermediate, options: .atomic)
-        try Data(chain.leaf).write(to: files.leaf, options: .atomic)
-        try Data(chain.intermediateKey.pemRepresentation.utf8).write(to: files.intermediateKey, options: .atomic)
-        // Written last: its presence says the directory is complete.
-        try Data(chain.leafKey.pemRepresentation.utf8).write(to: files.leafKey, options: .atomic)
-        return chain
+        let staging = directory.deletingLastPathComponent().appending(path: ".\(directory.lastPathComponent)-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: staging, withIntermediateDirectories: true)
+        let files = Files(directory: staging)
+        try Data(chain.root).write(to: files.root)
+        try Data(chain.intermediate).write(to: files.intermediate)
+        try Data(chain.leaf).write(to: files.leaf)
+        try Data(chain.intermediateKey.pemRepresentation.utf8).write(to: files.intermediateKey)
+        try Data(chain.leafKey.pemRepresentation.utf8).write(to: files.leafKey)
+        // rename(2) replaces a missing or empty directory atomically, and fails on a full one.
+        if rename(staging.path, directory.path) == 0 { return chain }
+        try? FileManager.default.removeItem(at: staging)
+        guard let winner = try load(directory) else {
+            throw SimulatorError("\(directory.path) exists and holds no signing chain")
+        }
+        return winner
+    }
+
+    private static func load(_ directory: URL) throws -> SigningChain? {
+        let files = Files(directory: directory)
+        guard FileManager.default.fileExists(atPath: files.leafKey.path) else { return nil }
+        return SigningChain(
+            root: Array(try Data(contentsOf: files.root)), intermediate: Array(try Data(contentsOf: files.intermediate)),
+            leaf: Array(try Data(contentsOf: files.leaf)),
+            intermediateKey: try P256.Signing.PrivateKey(pemRepresentation: String(contentsOf: files.intermediateKey, encoding: .utf8)),
+            leafKey: try P256.Signing.PrivateKey(pemRepresentation: String(contentsOf: files.leafKey, encoding: .utf8)))
     }
 
     private struct Files {

@@ -34,6 +34,9 @@ public final class PostgresConnection: Sendable {
     public static func connect(
         _ connectionString: String, applicationName: String = "receipt-reconciler"
     ) async throws(PostgresError) -> PostgresConnection {
+        if let problem = ConnectionFailure.unsafeConnectionString(connectionString) {
+            throw PostgresError(code: .badConnectionString, phase: .connect, message: problem)
+        }
         let target = describe(connectionString)
         let thread = BlockingThread(name: "libpq")
         let handle = ConnectionHandle(connectionString: connectionString, applicationName: applicationName, target: target)
@@ -170,11 +173,9 @@ final class ConnectionHandle: @unchecked Sendable {
         }
         LiveConnections.opened(target)
         guard PQstatus(connection) == CONNECTION_OK else {
-            let message = String(cString: PQerrorMessage(connection))
+            let reason = ConnectionFailure.reason(libpqMessage: String(cString: PQerrorMessage(connection)))
             finish(connection)
-            throw PostgresError(
-                code: .connectionFailed, phase: .connect,
-                message: "could not connect to \(target): \(message.trimmingCharacters(in: .whitespacesAndNewlines))")
+            throw PostgresError(code: .connectionFailed, phase: .connect, message: "could not connect to \(target): \(reason)")
         }
         self.connection = connection
         // Server notices ("schema already exists, skipping") are not errors; libpq would print them to stderr.

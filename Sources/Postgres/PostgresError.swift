@@ -11,6 +11,8 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
 
         /// Connecting or authenticating failed.
         public static let connectionFailed = Code(name: "connection failed")
+        /// The connection string cannot be read (a configuration error, not the server's).
+        public static let badConnectionString = Code(name: "bad connection string")
         /// The server went away while a statement was running or before it was sent.
         public static let connectionLost = Code(name: "connection lost")
         /// The connection was closed by this process.
@@ -32,7 +34,8 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
     public var phase: Phase
     /// The server's SQLSTATE (`23505` unique violation, `40001` serialization failure, ...), when it sent one.
     public var sqlState: String?
-    /// The server's or libpq's message. libpq does not echo passwords; bind values are never added here.
+    /// The server's message; for connecting, words of this module's own, never libpq's message
+    /// (which can echo the connection string: see `ConnectionFailure`). Bind values are never added here.
     public var message: String
     /// The server's DETAIL field, which may quote row values: kept out of `description`.
     public var detail: String?

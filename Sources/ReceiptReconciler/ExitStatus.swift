@@ -20,6 +20,9 @@ func runReportingErrors(logger: Logger, _ body: () async throws -> Void) async t
     } catch let error as ConfigurationError {
         logger.error("configuration.invalid", metadata: ["error": "\(error)"])
         throw ExitStatus.configuration
+    } catch let error as PostgresError where error.code == .badConnectionString {
+        logger.error("configuration.invalid", metadata: ["error": "\(error)"])
+        throw ExitStatus.configuration
     } catch let error as PostgresError where error.code == .connectionFailed {
         logger.error("database.unreachable", metadata: ["error": "\(error)"])
         throw ExitStatus.failed

@@ -77,7 +77,25 @@ import TestSupport
             let refused = try await CLIProcess.run(["migrate"], environment: environment)
             #expect(refused.status == 1)
             #expect(refused.stderr.contains("127.0.0.1:1/ledger as alice"))
+            #expect(refused.stderr.contains("connection refused"))
             #expect(!refused.stderr.contains(password))
         }
+    }
+
+    /// libpq echoes what it parsed: a `%` that is no escape comes back quoted, an unescaped `@`
+    /// makes the password's tail a host name in its message. Neither reaches the log.
+    static let awkwardPasswords: [(uri: String, secretPart: String, status: Int32)] = [
+        ("postgresql://alice:s3cr%zz-tailA@127.0.0.1:1/ledger", "zz-tailA", 2),
+        ("postgresql://alice:pa@ss-tailB@127.0.0.1:1/ledger", "ss-tailB", 2),
+        ("postgresql://alice:pa%40ss%25-tailC@127.0.0.1:1/ledger", "tailC", 1),  // well encoded: only refused by the server
+        ("host=127.0.0.1 port=1 dbname=ledger user=alice password='q@%x-tailD'", "tailD", 1),
+    ]
+
+    @Test(arguments: awkwardPasswords)
+    func aPasswordWithPercentOrAtNeverReachesTheLog(uri: String, secretPart: String, status: Int32) async throws {
+        let result = try await CLIProcess.run(["migrate", "--log-format", "json"], environment: ["DATABASE_URL": uri])
+        #expect(result.status == status, "\(result.stderr)")
+        #expect(!result.stderr.contains(secretPart) && !result.stdout.contains(secretPart), "\(result.stderr)")
+        #expect(result.stderr.contains(status == 2 ? "percent-encode" : "connection refused"), "\(result.stderr)")
     }
 }

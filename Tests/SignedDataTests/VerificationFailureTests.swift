@@ -1,6 +1,7 @@
 import AppStoreModels
 import AppleSimulator
 import Foundation
+import Locking
 import SignedData
 import Testing
 
@@ -95,5 +96,22 @@ import Testing
         // Same chain (cached now), a signature by another key: still caught.
         #expect(try await Self.firstFailure(Self.notification(fault: "wrong-key"), verifier: verifier)?.check == .signature)
         #expect(try await Self.firstFailure(Self.notification(fault: "tampered"), verifier: verifier)?.check == .signature)
+    }
+}
+
+/// The simulator's chain directory, made by several processes starting at once (the tests start
+/// simulators in parallel on one directory): all end up with one and the same chain.
+@Suite struct SigningChainDirectoryTests {
+    @Test func concurrentStartsAgreeOnOneChain() throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "rr-chain-race-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let roots = Locked<[[UInt8]]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            if let chain = try? SigningChain.loadOrCreate(directory: directory) { roots.withLock { $0.append(chain.root) } }
+        }
+        let collected = roots.withLock { $0 }
+        #expect(collected.count == 8)
+        #expect(Set(collected).count == 1)
+        #expect(collected.first == Array(try Data(contentsOf: directory.appending(path: SigningChain.rootFileName))))
     }
 }
