@@ -6,6 +6,8 @@ public struct VerificationOutcome: Sendable {
     public enum Result: Sendable {
         /// Apple answered 0 (or 21006 with a receipt): the answer is the truth for this receipt.
         case verified(VerifyReceiptResponse)
+        /// The App Store Server API's signed data for the receipt's account verified.
+        case verifiedSignedData
         /// Apple's or the network's trouble outlasted the attempts: try again in a later run.
         case deferred(reason: String)
         /// A final answer that is not a verification: the receipt's fault, the secret's, or an
@@ -42,7 +44,7 @@ public struct VerificationOutcome: Sendable {
 
     public var receiptOutcome: ReceiptOutcome {
         switch result {
-        case .verified: .verified
+        case .verified, .verifiedSignedData: .verified
         case .deferred: .deferred
         case .failed: .failed
         case .invalidReceipt: .invalidReceipt
@@ -52,7 +54,7 @@ public struct VerificationOutcome: Sendable {
 
     public var reason: String? {
         switch result {
-        case .verified: nil
+        case .verified, .verifiedSignedData: nil
         case .deferred(let reason), .failed(_, let reason), .invalidReceipt(let reason), .foreignBundle(let reason): reason
         }
     }

@@ -52,8 +52,9 @@ struct AccountProcessor: Sendable {
             counts.appleRequests += outcome.requests
             if let status = outcome.finalStatus { counts.appleStatuses[String(status), default: 0] += 1 }
             secretGuard.note(outcome.finalStatus)
-            if let facts = verification.facts {
-                verified.append(facts)
+            if outcome.receiptOutcome == .verified {
+                // A source that verifies a whole account gives its facts once, with its first receipt.
+                if let facts = verification.facts { verified.append(facts) }
             } else {
                 failures.append(FailureRecord(
                     accountId: work.accountId, receiptId: receipt.id, outcome: outcome.receiptOutcome, appleStatus: outcome.finalStatus,
@@ -74,7 +75,9 @@ struct AccountProcessor: Sendable {
         var (updates, counts) = (updates, counts)
         let union = EntitlementRules.union(verified)
         var ledger = union.map {
-            LedgerEntry(accountId: work.accountId, transaction: $0.transaction, environment: $0.environment, source: LedgerSource($0.source))
+            LedgerEntry(
+                accountId: work.accountId, transaction: $0.transaction, environment: $0.environment, source: LedgerSource($0.source),
+                price: $0.price)
         }
         let isVerified = counts.outcome == .verified && !work.receipts.isEmpty
         // Rows the account's last full verification already wrote are not sent again (a backfill
@@ -114,7 +117,7 @@ struct AccountProcessor: Sendable {
             update.localOriginalTransactionIds = local.originals
         }
         switch outcome.result {
-        case .verified:
+        case .verified, .verifiedSignedData:
             update.attempts = 0
             update.verifiedAt = now
             guard let fresh = verification.freshReceipt else { break }
@@ -142,6 +145,15 @@ struct AccountProcessor: Sendable {
 /// of failing every receipt. Counted across the run's concurrent accounts.
 final class SharedSecretGuard: Sendable {
     private let state = Locked((consecutive: 0, total: 0))
+    /// Set when the App Store Server API refused the key (HTTP 401): the run stops at once.
+    private let unauthorized = Locked<String?>(nil)
+
+    func noteUnauthorized(_ reason: String) {
+        unauthorized.withLock { $0 = $0 ?? reason }
+    }
+
+    /// Why the API refused the key, once it did.
+    var unauthorizedReason: String? { unauthorized.withLock { $0 } }
     /// Consecutive 21004 answers that stop the run.
     let limit: Int
 
@@ -163,9 +175,9 @@ final class SharedSecretGuard: Sendable {
 
     /// True once the limit is reached in a row; or when a small run saw nothing but 21004 (three at least).
     func hasRejected(accountsVerified: Int) -> Bool {
-        state.withLock { $0.consecutive >= limit || ($0.total >= 3 && accountsVerified == 0) }
+        unauthorizedReason != nil || state.withLock { $0.consecutive >= limit || ($0.total >= 3 && accountsVerified == 0) }
     }
 
-    var isTripped: Bool { state.withLock { $0.consecutive >= limit } }
+    var isTripped: Bool { unauthorizedReason != nil || state.withLock { $0.consecutive >= limit } }
     var total: Int { state.withLock { $0.total } }
 }

@@ -49,6 +49,8 @@ public final class ReconciliationRun: Sendable {
     let options: RunOptions
     let connections: Connections
     let client: VerifyReceiptClient
+    /// The App Store Server API, for `--source server-api`.
+    let serverAPI: ServerAPIClient?
     let logger: Logger
     let stopRequested = Locked(false)
     /// Set when the writer failed: the producer stops taking accounts.
@@ -58,8 +60,9 @@ public final class ReconciliationRun: Sendable {
     /// Checks the password of server notifications; never logged.
     let sharedSecret: String
 
-    public init(options: RunOptions, connections: Connections, client: VerifyReceiptClient, sharedSecret: String, logger: Logger,
-                sharedSecretRejectionLimit: Int = 20) {
+    public init(options: RunOptions, connections: Connections, client: VerifyReceiptClient, serverAPI: ServerAPIClient? = nil,
+                sharedSecret: String, logger: Logger, sharedSecretRejectionLimit: Int = 20) {
+        self.serverAPI = serverAPI
         self.options = options
         self.sharedSecret = sharedSecret
         self.connections = connections
@@ -166,7 +169,7 @@ public final class ReconciliationRun: Sendable {
         case .aborted: summary.status = .aborted
         case .sharedSecretRejected:
             summary.status = .failed
-            summary.error = SharedSecretRejected(count: secretGuard.total).description
+            summary.error = secretGuard.unauthorizedReason ?? SharedSecretRejected(count: secretGuard.total).description
         }
         summary.finishedAt = Date()
         let finished = summary
@@ -280,7 +283,15 @@ public final class ReconciliationRun: Sendable {
         // The total is only worth a query for a person watching a terminal.
         let total = ProgressReporter.isTerminal ? try? await reader.countAccounts(selection: options.selection, now: now) : nil
         let progress = ProgressReporter(interval: options.progressInterval, total: total, logger: logger)
-        let processor = AccountProcessor(source: VerifyReceiptSource(client: client, options: options), options: options, rules: rules,
+        let source: any AppleAccountSource
+        if options.source == .serverAPI, let serverAPI {
+            source = ServerAPISource(
+                client: serverAPI, verifier: try SignedDataVerifier(configuration: options.signedDataConfiguration), options: options,
+                secretGuard: secretGuard)
+        } else {
+            source = VerifyReceiptSource(client: client, options: options)
+        }
+        let processor = AccountProcessor(source: source, options: options, rules: rules,
                                          diff: EntitlementDiff(expiryLag: options.expiryLag.timeInterval), now: now, secretGuard: secretGuard)
         return try await withThrowingTaskGroup(of: RunSummary.self) { group in
             group.addTask {

@@ -35,6 +35,8 @@ public struct RunOptions: Sendable {
     /// Trusted roots for Apple's signed data (DER): Apple Root CA - G3 unless
     /// `--apple-root-certificate` replaces it.
     public var appleRootCertificates: [[UInt8]] = [AppleRootCertificates.appleRootCAG3]
+    /// Which of Apple's sources verifies accounts (`--source`).
+    public var source: AppleSource = .verifyReceipt
     /// The app's Apple id (`APPSTORE_APP_APPLE_ID`): production V2 notifications must carry it.
     public var appAppleId: Int64?
     /// Unmatched notifications are retried until this old.

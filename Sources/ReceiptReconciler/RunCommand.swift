@@ -158,6 +158,10 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     let connectionString = try database.connectionString()
     let secret = try common.sharedSecret()
     let endpoints = try common.endpoints()
+    // The Server API's configuration is checked before anything connects.
+    let serverAPIConfiguration = options.source == .serverAPI
+        ? (try common.appStoreConnect.credentials(bundleIds: common.app.configuredBundleIds()), try common.appStoreConnect.endpoints())
+        : nil
     let connections = ReconciliationRun.Connections(
         lock: try await PostgresConnection.connect(connectionString),
         reader: try await PostgresConnection.connect(connectionString),
@@ -166,7 +170,12 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
         endpoints: endpoints, sharedSecret: secret, policy: options.policy, concurrency: options.concurrency,
         requestsPerSecond: options.requestsPerSecond, logger: logger)
     defer { client.shutdown() }
-    let run = ReconciliationRun(options: options, connections: connections, client: client, sharedSecret: secret, logger: logger)
+    let serverAPI = serverAPIConfiguration.map { credentials, apiEndpoints in
+        ServerAPIClient(
+            endpoints: apiEndpoints, token: ServerAPIToken(credentials: credentials), sharing: client, policy: options.policy, logger: logger)
+    }
+    let run = ReconciliationRun(
+        options: options, connections: connections, client: client, serverAPI: serverAPI, sharedSecret: secret, logger: logger)
 
     // SIGTERM and SIGINT: stop taking accounts, finish what is in flight, commit, end `interrupted`.
     // The handler was installed first thing (a signal before that ends the process, which is

@@ -106,6 +106,13 @@ struct RunCommandOptions: ParsableArguments {
     @OptionGroup var app: AppIdentityOptions
 
     @Option(help: ArgumentHelp(
+        "Which of Apple's sources verifies accounts: verify-receipt, or server-api (the App Store Server API, which needs the App Store Connect key: APPSTORE_ISSUER_ID, APPSTORE_KEY_ID, APPSTORE_PRIVATE_KEY_FILE).",
+        valueName: "source"))
+    var source: SourceOption = .verifyReceipt
+
+    @OptionGroup var appStoreConnect: AppStoreConnectOptions
+
+    @Option(help: ArgumentHelp(
         "File holding the app's shared secret (default: $APPLE_SHARED_SECRET). Never pass the secret itself on the command line.",
         valueName: "path"))
     var sharedSecretFile: String?
@@ -169,6 +176,7 @@ struct RunCommandOptions: ParsableArguments {
         options.bundleIds = Set(app.configuredBundleIds())
         options.appleRootCertificates = try app.trustedRoots()
         options.appAppleId = try app.configuredAppAppleId()
+        options.source = source.appleSource
         return options
     }
 }
@@ -246,5 +254,78 @@ enum AppleURL {
         case "http": throw ConfigurationError("\(name) is http:// to \(host): refused, the shared secret would travel in clear (http:// is allowed on loopback only, for the simulator)")
         default: throw ConfigurationError("\(name) must be https://")
         }
+    }
+}
+
+/// `--source`, as the contract spells it.
+enum SourceOption: String, ExpressibleByArgument, CaseIterable, Sendable {
+    case verifyReceipt = "verify-receipt"
+    case serverAPI = "server-api"
+
+    var appleSource: AppleSource {
+        switch self {
+        case .verifyReceipt: .verifyReceipt
+        case .serverAPI: .serverAPI
+        }
+    }
+}
+
+/// The App Store Server API's configuration (contract section 9). The key file is read once;
+/// neither it nor the token made from it is ever printed.
+struct AppStoreConnectOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("App Store Connect issuer id (default: $APPSTORE_ISSUER_ID).", valueName: "id"))
+    var appstoreIssuerId: String?
+
+    @Option(help: ArgumentHelp("In-app purchase key id (default: $APPSTORE_KEY_ID).", valueName: "id"))
+    var appstoreKeyId: String?
+
+    @Option(help: ArgumentHelp(
+        "The in-app purchase key, a .p8 file (default: $APPSTORE_PRIVATE_KEY_FILE). Never the key itself on the command line.",
+        valueName: "path"))
+    var appstorePrivateKeyFile: String?
+
+    @Option(help: ArgumentHelp("Server API production address (default: $APPSTORE_API_URL, else https://api.storekit.apple.com).", valueName: "url"))
+    var appstoreApiUrl: String?
+
+    @Option(help: ArgumentHelp(
+        "Server API sandbox address (default: $APPSTORE_SANDBOX_API_URL, else https://api.storekit-sandbox.apple.com).", valueName: "url"))
+    var appstoreSandboxApiUrl: String?
+
+    private func value(_ flag: String?, _ variable: String) -> String? {
+        if let flag, !flag.isEmpty { return flag }
+        return ProcessInfo.processInfo.environment[variable].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    /// The credentials, or a configuration error naming what is missing (never the key's content).
+    func credentials(bundleIds: [String]) throws -> ServerAPICredentials {
+        guard let issuer = value(appstoreIssuerId, "APPSTORE_ISSUER_ID") else {
+            throw ConfigurationError("--source server-api needs APPSTORE_ISSUER_ID (or --appstore-issuer-id)")
+        }
+        guard let keyId = value(appstoreKeyId, "APPSTORE_KEY_ID") else {
+            throw ConfigurationError("--source server-api needs APPSTORE_KEY_ID (or --appstore-key-id)")
+        }
+        guard let path = value(appstorePrivateKeyFile, "APPSTORE_PRIVATE_KEY_FILE") else {
+            throw ConfigurationError("--source server-api needs APPSTORE_PRIVATE_KEY_FILE (or --appstore-private-key-file)")
+        }
+        guard let bundleId = bundleIds.first else {
+            throw ConfigurationError("--source server-api needs the app's bundle id (APPSTORE_BUNDLE_ID or --bundle-id)")
+        }
+        guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw ConfigurationError("cannot read the key file \(path)")
+        }
+        do {
+            return try ServerAPICredentials(issuerId: issuer, keyId: keyId, bundleId: bundleId, privateKeyPEM: pem)
+        } catch {
+            throw ConfigurationError("the key file \(path): \(error)")
+        }
+    }
+
+    func endpoints() throws -> ServerAPIClient.Endpoints {
+        let endpoints = ServerAPIClient.Endpoints(
+            production: value(appstoreApiUrl, "APPSTORE_API_URL") ?? ServerAPIClient.Endpoints.apple.production,
+            sandbox: value(appstoreSandboxApiUrl, "APPSTORE_SANDBOX_API_URL") ?? ServerAPIClient.Endpoints.apple.sandbox)
+        try AppleURL.check(endpoints.production, name: "the Server API URL (--appstore-api-url, APPSTORE_API_URL)")
+        try AppleURL.check(endpoints.sandbox, name: "the Server API sandbox URL (--appstore-sandbox-api-url, APPSTORE_SANDBOX_API_URL)")
+        return endpoints
     }
 }

@@ -9,6 +9,8 @@ public struct AccountTransaction: Sendable, Equatable {
     public var fromLatestReceiptInfo: Bool
     /// Which of Apple's sources said it.
     public var source: AppleSource = .verifyReceipt
+    /// Its own price, where signed data gave one.
+    public var price: Price? = nil
 
     public var originalTransactionId: String { transaction.originalTransactionId ?? transaction.transactionId }
 }
@@ -57,7 +59,8 @@ public struct EntitlementRules: Sendable {
         for receipt in receipts {
             for transaction in receipt.transactions {
                 offer(AccountTransaction(
-                    transaction: transaction, environment: receipt.environment, fromLatestReceiptInfo: true, source: receipt.source))
+                    transaction: transaction, environment: receipt.environment, fromLatestReceiptInfo: true, source: receipt.source,
+                    price: receipt.prices[transaction.transactionId]))
             }
             for transaction in receipt.receiptTransactions {
                 offer(AccountTransaction(

@@ -1,6 +1,17 @@
 import AppStoreModels
 import Foundation
 
+/// A price as signed transactions give it: milliunits of an ISO 4217 currency (990 EUR is 0.99 EUR).
+public struct Price: Sendable, Equatable {
+    public var milliunits: Int64
+    public var currency: String
+
+    public init(milliunits: Int64, currency: String) {
+        self.milliunits = milliunits
+        self.currency = currency
+    }
+}
+
 /// Which of Apple's sources spoke.
 public enum AppleSource: String, Sendable, CaseIterable, Codable {
     /// The deprecated verifyReceipt endpoint: an answer per receipt.
@@ -26,6 +37,8 @@ public struct VerifiedFacts: Sendable {
     /// Where the facts were verified: their transactions carry this environment.
     public var environment: AppleEnvironment
     public var source: AppleSource
+    /// Each transaction's own price, by transaction id, where signed data gave one.
+    public var prices: [String: Price] = [:]
 
     public init(
         receiptId: Int64?, transactions: [Transaction], receiptTransactions: [Transaction] = [], renewals: [PendingRenewalInfo],
@@ -54,6 +67,11 @@ extension VerifiedFacts {
         self.init(
             receiptId: receiptId, transactions: signedTransactions.map(\.ledgerTransaction),
             renewals: renewalInfos.map(\.pendingRenewalInfo), environment: environment, source: .serverAPI)
+        for transaction in signedTransactions {
+            if let price = transaction.price, let currency = transaction.currency {
+                prices[transaction.transactionId] = Price(milliunits: price, currency: currency)
+            }
+        }
     }
 }
 

@@ -141,17 +141,6 @@ public enum LedgerSource: String, Sendable, CaseIterable {
     }
 }
 
-/// A price as signed transactions give it: milliunits of an ISO 4217 currency (990 EUR is 0.99 EUR).
-public struct Price: Sendable, Equatable {
-    public var milliunits: Int64
-    public var currency: String
-
-    public init(milliunits: Int64, currency: String) {
-        self.milliunits = milliunits
-        self.currency = currency
-    }
-}
-
 /// Which accounts a run takes (contract section 2).
 public struct AccountSelection: Sendable {
     public enum Kind: Sendable {

@@ -118,7 +118,16 @@ final class RunWorld: @unchecked Sendable {
             endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: secret,
             policy: options.policy, concurrency: options.concurrency, logger: .quiet)
         defer { client.shutdown() }
-        let run = ReconciliationRun(options: options, connections: connections, client: client, sharedSecret: secret,
+        // The Server API, when the options ask for it: the simulator's, with Apple's test key.
+        var serverAPI: ServerAPIClient?
+        if options.source == .serverAPI {
+            let pem = String(decoding: try Fixtures.bytes("asapi/apple-lib/swift/certs/testSigningKey.p8"), as: UTF8.self)
+            let credentials = try ServerAPICredentials(issuerId: "issuer", keyId: "KEY", bundleId: "com.example.app", privateKeyPEM: pem)
+            serverAPI = ServerAPIClient(
+                endpoints: .init(production: simulator.apiURL, sandbox: simulator.sandboxAPIURL), token: ServerAPIToken(credentials: credentials),
+                sharing: client, policy: options.policy, logger: .quiet)
+        }
+        let run = ReconciliationRun(options: options, connections: connections, client: client, serverAPI: serverAPI, sharedSecret: secret,
                                     logger: .quiet)
         let result = try await run.run()
         await connections.lock.close()

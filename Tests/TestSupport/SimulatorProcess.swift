@@ -11,6 +11,12 @@ public final class SimulatorProcess: @unchecked Sendable {
     private let lifeline = Pipe()
 
     public var productionURL: String { "http://127.0.0.1:\(port)/verifyReceipt" }
+    /// The Server API's base addresses.
+    public var apiURL: String { "http://127.0.0.1:\(port)" }
+    public var sandboxAPIURL: String { "http://127.0.0.1:\(port)/sandbox" }
+    /// Where the simulator keeps its signing chain; `root.der` there is what the job must trust.
+    public let signingDirectory: URL
+    public var signingRoot: [UInt8] { (try? Array(Data(contentsOf: signingDirectory.appending(path: "root.der")))) ?? [] }
     public var processIdentifier: Int32 { process.processIdentifier }
     public var sandboxURL: String { "http://127.0.0.1:\(port)/sandbox/verifyReceipt" }
 
@@ -20,6 +26,13 @@ public final class SimulatorProcess: @unchecked Sendable {
         try JSONSerialization.data(withJSONObject: scenario).write(to: scenarioFile)
         process = Process()
         process.executableURL = TestPaths.binaries.appending(path: "receipt-reconciler")
+        var arguments = arguments
+        if let index = arguments.firstIndex(of: "--signing-dir"), index + 1 < arguments.count {
+            signingDirectory = URL(filePath: arguments[index + 1])
+        } else {
+            signingDirectory = FileManager.default.temporaryDirectory.appending(path: "rr-signing-\(UUID().uuidString)")
+            arguments += ["--signing-dir", signingDirectory.path]
+        }
         process.arguments = ["simulate-apple", "--scenario", scenarioFile.path, "--port", "0", "--exit-when-stdin-closes"] + arguments
         let output = Pipe()
         process.standardOutput = output

@@ -1,0 +1,115 @@
+import AppStore
+import AppStoreModels
+import Foundation
+import Reconciliation
+import SignedData
+import Storage
+
+/// The App Store Server API as a source (`--source server-api`, contract section 9): the
+/// account's original transaction ids, from its stored entitlements and the local decode of its
+/// receipts (Apple's own migration path), each asked for its transaction history and its
+/// subscription statuses; every signed transaction and renewal info verified before use. The
+/// account verifies as a whole: every receipt row records the same outcome, and the facts come
+/// once, with the first.
+struct ServerAPISource: AppleAccountSource {
+    let client: ServerAPIClient
+    let verifier: SignedDataVerifier
+    let options: RunOptions
+    let secretGuard: SharedSecretGuard
+    var source: AppleSource { .serverAPI }
+
+    func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts) async -> [ReceiptVerification] {
+        var receipts: [(StoredReceipt, LocalReceipt?)] = []
+        var originals: [String] = work.stored.map(\.originalTransactionId)
+        for receipt in work.receipts {
+            let local = receipt.oversizeBytes == nil ? VerifyReceiptSource.localDecode(receipt.latestReceipt) : nil
+            receipts.append((receipt, local))
+            originals += local?.originals ?? []
+        }
+        var seen = Set<String>()
+        originals = originals.filter { !$0.isEmpty && seen.insert($0).inserted }
+        let known = work.receipts.compactMap(\.environment).first
+        var outcome = VerificationOutcome(result: .verifiedSignedData, environment: known)
+        var facts: VerifiedFacts?
+        if originals.isEmpty {
+            outcome.result = .failed(status: nil, reason: "no transaction id is known for this account: neither its entitlements nor its receipts name one")
+        } else {
+            switch await verifyAccount(originals, known: known, outcome: &outcome) {
+            case .facts(let verified): facts = verified
+            case .not(let failure): outcome.result = failure
+            }
+        }
+        return receipts.enumerated().map { index, pair in
+            var each = outcome
+            // One account, one set of requests: counted once.
+            if index > 0 { (each.requests, each.attempts) = (0, 0) }
+            return ReceiptVerification(receipt: pair.0, local: pair.1, outcome: each, facts: index == 0 ? facts : nil)
+        }
+    }
+
+    private func verifyAccount(
+        _ originals: [String], known: AppleEnvironment?, outcome: inout VerificationOutcome
+    ) async -> Verified {
+        var transactions: [String: JWSTransaction] = [:]
+        var renewals: [JWSRenewalInfo] = []
+        var environment = known ?? .production
+        for original in originals {
+            let history = await client.transactionHistory(originalTransactionId: original, environment: known)
+            note(history, into: &outcome)
+            environment = history.environment
+            switch history.result {
+            case .failure(let failure): return .not(result(failure))
+            case .success(let signed):
+                for jws in signed {
+                    do {
+                        let transaction = try await verifier.verify(jws, as: JWSTransaction.self, environment: .host(history.environment))
+                        transactions[transaction.transactionId] = transaction
+                    } catch {
+                        return .not(.failed(status: nil, reason: "a signed transaction of \(original): \(error.reason)"))
+                    }
+                }
+            }
+            // Only subscriptions have statuses; a one-off purchase's chain answers with none.
+            let statuses = await client.subscriptionStatuses(originalTransactionId: original, environment: history.environment)
+            note(statuses, into: &outcome)
+            switch statuses.result {
+            case .failure(let failure): return .not(result(failure))
+            case .success(let answer):
+                for last in answer.lastTransactions {
+                    guard let signed = last.signedRenewalInfo else { continue }
+                    do {
+                        renewals.append(try await verifier.verify(signed, as: JWSRenewalInfo.self, environment: .host(statuses.environment)))
+                    } catch {
+                        return .not(.failed(status: nil, reason: "a signed renewal info of \(original): \(error.reason)"))
+                    }
+                }
+            }
+        }
+        outcome.environment = environment
+        return .facts(VerifiedFacts(
+            receiptId: nil, signedTransactions: transactions.values.sorted { $0.transactionId < $1.transactionId },
+            renewalInfos: renewals, environment: environment))
+    }
+
+    private enum Verified {
+        case facts(VerifiedFacts)
+        case not(VerificationOutcome.Result)
+    }
+
+    private func note<Value>(_ call: ServerAPIClient.Outcome<Value>, into outcome: inout VerificationOutcome) {
+        outcome.requests += call.requests
+        outcome.attempts += call.attempts
+        outcome.endpoints += call.endpoints
+    }
+
+    /// The API's failure as a receipt outcome; 401 also stops the run (exit 2), as 21004 does.
+    private func result(_ failure: ServerAPIClient.Failure) -> VerificationOutcome.Result {
+        switch failure {
+        case .deferred(let reason): return .deferred(reason: reason)
+        case .failed(_, let code, let reason): return .failed(status: code, reason: reason)
+        case .unauthorized(let reason):
+            secretGuard.noteUnauthorized(reason)
+            return .failed(status: nil, reason: reason)
+        }
+    }
+}

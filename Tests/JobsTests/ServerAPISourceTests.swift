@@ -1,0 +1,105 @@
+import AppStoreModels
+import Foundation
+import Jobs
+import Postgres
+import Reconciliation
+import Testing
+import TestSupport
+
+/// `--source server-api` end to end: real PostgreSQL, the simulator's Server API signing with its
+/// own chain, the same rules, diff and writer as verifyReceipt.
+@Suite struct ServerAPISourceTests {
+    static func options(_ world: RunWorld) -> RunOptions {
+        // A backfill: the tests run verifyReceipt first, after which nothing is due.
+        var options = world.options(kind: .backfill, selection: .backfill(accounts: [], receiptIds: [], since: nil, until: nil, products: [], all: true))
+        options.source = .serverAPI
+        options.bundleIds = ["com.example.app"]
+        options.appleRootCertificates = [world.simulator.signingRoot]
+        return options
+    }
+
+    static let day: Int64 = 86_400_000
+
+    /// A real receipt (never verified here) whose local decode names two original transactions.
+    static func realReceipt() throws -> String {
+        String(decoding: try Fixtures.bytes("receipts/appreceiptvalidator-grandUnifiedExpiredAppleCert_receipt-com.mbaasy.ios.demo.b64"), as: UTF8.self)
+    }
+
+    @Test func anAccountNeverVerifiedIsReconciledThroughTheAPIFromItsLocalDecodeAlone() async throws {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let chains: [String: Any] = [
+            "1000000166965150": [
+                "environment": "Production", "page_size": 1,
+                "transactions": [
+                    ["transactionId": "1000000166965150", "productId": "monthly", "type": "Auto-Renewable Subscription",
+                     "purchaseDate": now - 40 * Self.day, "expiresDate": now - 10 * Self.day],
+                    ["transactionId": "2000000000000777", "productId": "monthly", "type": "Auto-Renewable Subscription",
+                     "purchaseDate": now - 10 * Self.day, "expiresDate": now + 20 * Self.day, "price": 4990, "currency": "EUR"],
+                ],
+                "renewal": ["autoRenewStatus": 1, "autoRenewProductId": "monthly"],
+            ],
+            "1000000166865231": [
+                "environment": "Production",
+                "transactions": [["transactionId": "1000000166865231", "productId": "consumable", "type": "Consumable", "purchaseDate": now - 50 * Self.day]],
+            ],
+        ]
+        try await RunWorld.with("api-migrant", scenario: ["api": ["chains": chains]]) { world in
+            try await world.addReceipt("migrant", Self.realReceipt())
+            let (summary, ending) = try await world.run(Self.options(world))
+            #expect(ending == .completed)
+            #expect(summary.receipts[.verified] == 1)
+            let monthly = try #require(try await world.entitlements()["migrant/monthly"])
+            #expect(monthly.state == .active)
+            #expect(monthly.latestTransactionId == "2000000000000777")
+            #expect(monthly.expiresAt == Date(ms: now + 20 * Self.day))
+            #expect(monthly.autoRenew == true)
+            // Every transaction of both chains is in the ledger, written by the API, with its price.
+            let ledger = try await world.connection.query("""
+                SELECT transaction_id, source, price_milliunits, currency FROM iap.transactions WHERE account_id = 'migrant' ORDER BY transaction_id
+                """)
+            #expect(try ledger.map { try $0.decode("transaction_id", as: String.self) } == ["1000000166865231", "1000000166965150", "2000000000000777"])
+            #expect(try ledger.allSatisfy { try $0.decode("source", as: String?.self) == "server_api" })
+            #expect(try ledger[2].decode("price_milliunits", as: Int64?.self) == 4990)
+            // Two chains: history (2 pages + 1) and statuses for each.
+            #expect(summary.appleRequests == 5)
+        }
+    }
+
+    @Test func aRefundOnlyTheAPIKnowsIsApplied() async throws {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let chains: [String: Any] = [
+            "80": [
+                "environment": "Production",
+                "transactions": [["transactionId": "80", "productId": "pro.monthly", "type": "Auto-Renewable Subscription",
+                                  "purchaseDate": now - 20 * Self.day, "expiresDate": now + 10 * Self.day,
+                                  "revocationDate": now - 3_600_000, "revocationReason": 1]],
+                "renewal": ["autoRenewStatus": 0, "autoRenewProductId": "pro.monthly"],
+            ],
+        ]
+        try await RunWorld.with("api-refund", scenario: ["api": ["chains": chains]]) { world in
+            try await world.addReceipt("payer", spec: ["generate": ["subscriptions": [world.subscription(original: "80", renewals: 1, endDays: 10)]]])
+            var verifyReceipt = world.options()
+            verifyReceipt.bundleIds = ["com.example.app"]
+            _ = try await world.run(verifyReceipt)
+            #expect(try await world.entitlements()["payer/pro.monthly"]?.state == .active)
+            let (summary, _) = try await world.run(Self.options(world))
+            #expect(summary.corrections["revoke"] == 1)
+            let refunded = try #require(try await world.entitlements()["payer/pro.monthly"])
+            #expect(refunded.state == .refunded)
+            #expect(refunded.refundedAt == Date(ms: now - 3_600_000))
+        }
+    }
+
+    @Test func aRefusedKeyStopsTheRunAndAppliesNothing() async throws {
+        try await RunWorld.with("api-401", scenario: ["api": ["unauthorized": true, "chains": [:] as [String: Any]]]) { world in
+            try await world.addReceipt("payer", spec: ["generate": ["subscriptions": [world.subscription(original: "81", endDays: 10)]]])
+            _ = try await world.run(world.options())
+            let before = try await world.entitlements()
+            let (summary, ending) = try await world.run(Self.options(world))
+            #expect(ending == .sharedSecretRejected)
+            #expect(summary.status == .failed)
+            #expect(summary.error?.contains("APPSTORE_KEY_ID") == true)
+            #expect(try await world.entitlements() == before)
+        }
+    }
+}
