@@ -23,6 +23,8 @@ struct AccountResult: Sendable {
     var ledger: [LedgerEntry]
     var corrections: [Correction]
     var failures: [FailureRecord]
+    /// `--source both`: where the sources disagreed.
+    var disagreements: [Disagreement] = []
 }
 
 /// Verifies one account's receipts with Apple and plans its corrections: the run's per-account
@@ -98,7 +100,7 @@ struct AccountProcessor: Sendable {
             counts.sandboxGrants = plan.corrections.filter { $0.kind == .grant && $0.after.environment == "Sandbox" }.count
         }
         return AccountResult(accountId: work.accountId, counts: counts, receiptUpdates: updates, ledger: ledger,
-                             corrections: corrections, failures: failures)
+                             corrections: corrections, failures: failures, disagreements: counts.disagreements)
     }
 
     /// What the run writes back to a receipt row after its verification: what Apple said, the

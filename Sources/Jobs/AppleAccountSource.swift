@@ -102,3 +102,35 @@ struct VerifyReceiptSource: AppleAccountSource {
         return outcome
     }
 }
+
+/// `--source both`: each account verified by both sources; the authority's answer is what the
+/// run applies, and every disagreement between the two is reported. An account the other
+/// source failed for is still corrected from the authority's answer.
+struct BothSources: AppleAccountSource {
+    let verifyReceipt: VerifyReceiptSource
+    let serverAPI: ServerAPISource
+    let authority: AppleSource
+    let rules: EntitlementRules
+    /// The run's clock, for comparing the entitlements each source implies.
+    let now: Date
+    var source: AppleSource { authority }
+
+    func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts) async -> [ReceiptVerification] {
+        let byVerifyReceipt = await verifyReceipt.verify(work, counts: &counts)
+        let byServerAPI = await serverAPI.verify(work, counts: &counts)
+        let (chosen, other) = authority == .serverAPI ? (byServerAPI, byVerifyReceipt) : (byVerifyReceipt, byServerAPI)
+        // The other source's requests were made too.
+        counts.appleRequests += other.reduce(0) { $0 + $1.outcome.requests }
+        if let left = Self.facts(byVerifyReceipt), let right = Self.facts(byServerAPI) {
+            counts.disagreements = SourceComparison.disagreements(
+                accountId: work.accountId, verifyReceipt: left, serverAPI: right, rules: rules, now: now)
+        }
+        return chosen
+    }
+
+    /// A source's facts when every receipt of the account verified; otherwise nothing to compare.
+    private static func facts(_ verifications: [ReceiptVerification]) -> [VerifiedFacts]? {
+        guard verifications.allSatisfy({ $0.outcome.receiptOutcome == .verified }) else { return nil }
+        return verifications.compactMap(\.facts)
+    }
+}

@@ -147,7 +147,8 @@ public final class ReconciliationRun: Sendable {
             }
             // Without a report the run does not start.
             report = try RunReportWriter(
-                directory: options.reportDirectory ?? URL(filePath: "reports").appending(path: "run-\(summary.runId)"))
+                directory: options.reportDirectory ?? URL(filePath: "reports").appending(path: "run-\(summary.runId)"),
+                crossCheck: options.crossCheck)
         } catch {
             try await recordFailure(error, summary: &summary, writer: writer, report: nil)
         }
@@ -283,13 +284,17 @@ public final class ReconciliationRun: Sendable {
         // The total is only worth a query for a person watching a terminal.
         let total = ProgressReporter.isTerminal ? try? await reader.countAccounts(selection: options.selection, now: now) : nil
         let progress = ProgressReporter(interval: options.progressInterval, total: total, logger: logger)
+        let verifyReceipt = VerifyReceiptSource(client: client, options: options)
         let source: any AppleAccountSource
-        if options.source == .serverAPI, let serverAPI {
-            source = ServerAPISource(
+        if let serverAPI, options.source == .serverAPI || options.crossCheck {
+            let signed = ServerAPISource(
                 client: serverAPI, verifier: try SignedDataVerifier(configuration: options.signedDataConfiguration), options: options,
                 secretGuard: secretGuard)
+            source = options.crossCheck
+                ? BothSources(verifyReceipt: verifyReceipt, serverAPI: signed, authority: options.source, rules: rules, now: now)
+                : signed
         } else {
-            source = VerifyReceiptSource(client: client, options: options)
+            source = verifyReceipt
         }
         let processor = AccountProcessor(source: source, options: options, rules: rules,
                                          diff: EntitlementDiff(expiryLag: options.expiryLag.timeInterval), now: now, secretGuard: secretGuard)
@@ -393,6 +398,7 @@ public final class ReconciliationRun: Sendable {
                     }
                 }
                 try report.appendFailures(batch.flatMap(\.failures))
+                try report.appendDisagreements(batch.flatMap(\.disagreements))
             } catch {
                 failure = error
                 writerFailed.withLock { $0 = true }

@@ -35,8 +35,11 @@ public struct RunOptions: Sendable {
     /// Trusted roots for Apple's signed data (DER): Apple Root CA - G3 unless
     /// `--apple-root-certificate` replaces it.
     public var appleRootCertificates: [[UInt8]] = [AppleRootCertificates.appleRootCAG3]
-    /// Which of Apple's sources verifies accounts (`--source`).
+    /// Which of Apple's sources verifies accounts (`--source`); with `crossCheck`, the authority
+    /// (`--authority`), whose answer is applied.
     public var source: AppleSource = .verifyReceipt
+    /// `--source both`: the other source is asked too, and every disagreement reported.
+    public var crossCheck = false
     /// The app's Apple id (`APPSTORE_APP_APPLE_ID`): production V2 notifications must carry it.
     public var appAppleId: Int64?
     /// Unmatched notifications are retried until this old.

@@ -12,6 +12,10 @@ public final class RunReportWriter: @unchecked Sendable {
     public let directory: URL
     /// Open until `finish`.
     private let failures: ReportFile
+    /// `--source both` only.
+    private let disagreements: ReportFile?
+
+    public static let disagreementsHeader = ["account_id", "kind", "product_id", "transaction_id", "verify_receipt", "server_api"]
 
     public static let failuresHeader = ["account_id", "receipt_id", "outcome", "apple_status", "attempts", "endpoints", "reason"]
     public static let correctionsHeader = [
@@ -19,7 +23,7 @@ public final class RunReportWriter: @unchecked Sendable {
         "after_state", "before_expires_at", "after_expires_at", "environment",
     ]
 
-    init(directory: URL) throws {
+    init(directory: URL, crossCheck: Bool = false) throws {
         self.directory = directory
         do {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -27,6 +31,19 @@ public final class RunReportWriter: @unchecked Sendable {
             throw ReportError(description: "cannot create the report directory \(directory.path): \(ReportFile.reason(error))")
         }
         failures = try ReportFile(directory.appending(path: "failures.csv"), header: CSV.row(Self.failuresHeader))
+        disagreements = crossCheck
+            ? try ReportFile(directory.appending(path: "disagreements.csv"), header: CSV.row(Self.disagreementsHeader)) : nil
+    }
+
+    /// Appends a batch's disagreements between the two sources.
+    func appendDisagreements(_ records: [Disagreement]) throws {
+        guard let disagreements, !records.isEmpty else { return }
+        for record in records {
+            try disagreements.write(CSV.row([
+                record.accountId, record.kind.rawValue, record.productId, record.transactionId, record.verifyReceipt, record.serverAPI,
+            ]))
+        }
+        try disagreements.flush()
     }
 
     /// Appends a batch's failures and writes them through, so a full disk stops the run here.
@@ -43,6 +60,7 @@ public final class RunReportWriter: @unchecked Sendable {
     /// files already in place are whole, and the missing ones can be written later with `report`.
     func finish(summary: RunSummary, store: ReconciliationStore) async throws {
         try failures.commit()
+        try disagreements?.commit()
         try await Self.writeCorrections(runId: summary.runId, store: store, to: directory.appending(path: "corrections.csv"))
         try Self.write(RunReport.json(summary), to: directory.appending(path: "summary.json"))
         try Self.write(RunReport.markdown(summary), to: directory.appending(path: "summary.md"))

@@ -159,7 +159,7 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     let secret = try common.sharedSecret()
     let endpoints = try common.endpoints()
     // The Server API's configuration is checked before anything connects.
-    let serverAPIConfiguration = options.source == .serverAPI
+    let serverAPIConfiguration = options.source == .serverAPI || options.crossCheck
         ? (try common.appStoreConnect.credentials(bundleIds: common.app.configuredBundleIds()), try common.appStoreConnect.endpoints())
         : nil
     let connections = ReconciliationRun.Connections(

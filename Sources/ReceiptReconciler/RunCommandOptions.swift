@@ -106,9 +106,12 @@ struct RunCommandOptions: ParsableArguments {
     @OptionGroup var app: AppIdentityOptions
 
     @Option(help: ArgumentHelp(
-        "Which of Apple's sources verifies accounts: verify-receipt, or server-api (the App Store Server API, which needs the App Store Connect key: APPSTORE_ISSUER_ID, APPSTORE_KEY_ID, APPSTORE_PRIVATE_KEY_FILE).",
+        "Which of Apple's sources verifies accounts: verify-receipt, server-api (the App Store Server API, which needs the App Store Connect key: APPSTORE_ISSUER_ID, APPSTORE_KEY_ID, APPSTORE_PRIVATE_KEY_FILE), or both (each account asked of both; the --authority's answer applied; every disagreement in disagreements.csv). Default: both when a key is configured, else verify-receipt.",
         valueName: "source"))
-    var source: SourceOption = .verifyReceipt
+    var source: SourceOption?
+
+    @Option(help: ArgumentHelp("With --source both, whose answer is applied: verify-receipt or server-api.", valueName: "source"))
+    var authority: AuthorityOption = .verifyReceipt
 
     @OptionGroup var appStoreConnect: AppStoreConnectOptions
 
@@ -176,7 +179,14 @@ struct RunCommandOptions: ParsableArguments {
         options.bundleIds = Set(app.configuredBundleIds())
         options.appleRootCertificates = try app.trustedRoots()
         options.appAppleId = try app.configuredAppAppleId()
-        options.source = source.appleSource
+        let source = self.source ?? (appStoreConnect.isConfigured ? .both : .verifyReceipt)
+        switch source {
+        case .verifyReceipt: options.source = .verifyReceipt
+        case .serverAPI: options.source = .serverAPI
+        case .both:
+            options.source = authority.appleSource
+            options.crossCheck = true
+        }
         return options
     }
 }
@@ -261,6 +271,13 @@ enum AppleURL {
 enum SourceOption: String, ExpressibleByArgument, CaseIterable, Sendable {
     case verifyReceipt = "verify-receipt"
     case serverAPI = "server-api"
+    case both
+}
+
+/// `--authority`.
+enum AuthorityOption: String, ExpressibleByArgument, CaseIterable, Sendable {
+    case verifyReceipt = "verify-receipt"
+    case serverAPI = "server-api"
 
     var appleSource: AppleSource {
         switch self {
@@ -291,6 +308,9 @@ struct AppStoreConnectOptions: ParsableArguments {
         "Server API sandbox address (default: $APPSTORE_SANDBOX_API_URL, else https://api.storekit-sandbox.apple.com).", valueName: "url"))
     var appstoreSandboxApiUrl: String?
 
+    /// A key is configured: the default source is then `both`.
+    var isConfigured: Bool { value(appstorePrivateKeyFile, "APPSTORE_PRIVATE_KEY_FILE") != nil }
+
     private func value(_ flag: String?, _ variable: String) -> String? {
         if let flag, !flag.isEmpty { return flag }
         return ProcessInfo.processInfo.environment[variable].flatMap { $0.isEmpty ? nil : $0 }
@@ -299,16 +319,16 @@ struct AppStoreConnectOptions: ParsableArguments {
     /// The credentials, or a configuration error naming what is missing (never the key's content).
     func credentials(bundleIds: [String]) throws -> ServerAPICredentials {
         guard let issuer = value(appstoreIssuerId, "APPSTORE_ISSUER_ID") else {
-            throw ConfigurationError("--source server-api needs APPSTORE_ISSUER_ID (or --appstore-issuer-id)")
+            throw ConfigurationError("the Server API needs APPSTORE_ISSUER_ID (or --appstore-issuer-id)")
         }
         guard let keyId = value(appstoreKeyId, "APPSTORE_KEY_ID") else {
-            throw ConfigurationError("--source server-api needs APPSTORE_KEY_ID (or --appstore-key-id)")
+            throw ConfigurationError("the Server API needs APPSTORE_KEY_ID (or --appstore-key-id)")
         }
         guard let path = value(appstorePrivateKeyFile, "APPSTORE_PRIVATE_KEY_FILE") else {
-            throw ConfigurationError("--source server-api needs APPSTORE_PRIVATE_KEY_FILE (or --appstore-private-key-file)")
+            throw ConfigurationError("the Server API needs APPSTORE_PRIVATE_KEY_FILE (or --appstore-private-key-file)")
         }
         guard let bundleId = bundleIds.first else {
-            throw ConfigurationError("--source server-api needs the app's bundle id (APPSTORE_BUNDLE_ID or --bundle-id)")
+            throw ConfigurationError("the Server API needs the app's bundle id (APPSTORE_BUNDLE_ID or --bundle-id)")
         }
         guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
             throw ConfigurationError("cannot read the key file \(path)")

@@ -110,10 +110,14 @@ public struct EntitlementRules: Sendable {
             }
         }
         let byProduct = Dictionary(grouping: transactions, by: \.transaction.productId)
+        // Signed data names each transaction's type: a consumable the catalog lacks grants nothing.
+        let signedConsumables = Set(receipts.flatMap(\.consumableProducts))
         var result: [Entitlement] = []
         for productId in byProduct.keys.sorted() {
             let productTransactions = byProduct[productId]!
-            let entitlement: Entitlement? = switch productType(productId, transactions: productTransactions) {
+            let type = catalog[productId] == nil && signedConsumables.contains(productId)
+                ? .consumable : productType(productId, transactions: productTransactions)
+            let entitlement: Entitlement? = switch type {
             case .autoRenewable:
                 autoRenewable(accountId, productId, productTransactions, renewals: renewals, receipts: receipts, now: now)
             case .nonConsumable:

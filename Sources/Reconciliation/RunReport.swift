@@ -68,6 +68,9 @@ public enum RunReport {
         }
         if !summary.consumptionRequests.isEmpty { lines.append("  consumption requests: \(summary.consumptionRequests.count)") }
         if !summary.bundleMismatches.isEmpty { lines.append("  receipts of another app: \(summary.bundleMismatches.count) (see the report)") }
+        if let disagreements = summary.disagreements, !disagreements.isEmpty {
+            lines.append("  source disagreements: \(disagreements.values.reduce(0, +)) (see disagreements.csv)")
+        }
         if let error = summary.error { lines.append("  note: \(error)") }
         return lines.joined(separator: "\n") + "\n"
     }
@@ -125,6 +128,12 @@ public enum RunReport {
         if let rejected = summary.notificationsRejected, !rejected.isEmpty {
             text += "\n## Rejected notifications (nothing of them was used)\n\n"
             text += rejected.map { "- \($0)" }.joined(separator: "\n") + "\n"
+        }
+        if let disagreements = summary.disagreements, !disagreements.isEmpty {
+            text += "\n## Where verifyReceipt and the App Store Server API disagree\n\n| kind | accounts' points |\n|---|---|\n"
+            for kind in Disagreement.Kind.allCases { if let count = disagreements[kind] { text += "| \(kind.rawValue) | \(count) |\n" } }
+            text += "\nThe first ones (all of them are in `disagreements.csv`):\n\n"
+            text += (summary.disagreementExamples ?? []).map { "- \($0)" }.joined(separator: "\n") + "\n"
         }
         if !summary.bundleMismatches.isEmpty {
             text += "\n## Receipts of another app (a fraud signal; Apple still decides)\n\n"

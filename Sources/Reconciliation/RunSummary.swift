@@ -77,6 +77,10 @@ public struct RunSummary: Sendable, Codable, Equatable {
     public var bundleMismatches: [String] = []
     /// Receipts the local decode could not read (still verified with Apple).
     public var receiptsNotDecodedLocally = 0
+    /// `--source both`: disagreements between verifyReceipt and the Server API, by kind, and the
+    /// first few as lines. Optional only so that summaries stored before them still decode.
+    public var disagreements: [Disagreement.Kind: Int]?
+    public var disagreementExamples: [String]?
 
     public var error: String?
 
@@ -106,6 +110,16 @@ public struct RunSummary: Sendable, Codable, Equatable {
         receiptsNotDecodedLocally += account.receiptsNotDecodedLocally
         latestReceiptsStored += account.latestReceiptsStored
         latestReceiptsIgnored += account.latestReceiptsIgnored
+        for disagreement in account.disagreements {
+            disagreements = disagreements ?? [:]
+            disagreements![disagreement.kind, default: 0] += 1
+            if (disagreementExamples?.count ?? 0) < 20 {
+                disagreementExamples = (disagreementExamples ?? []) + [
+                    "account \(disagreement.accountId), \(disagreement.productId)" + (disagreement.transactionId.map { ", transaction \($0)" } ?? "")
+                        + ": \(disagreement.kind.rawValue) (verifyReceipt: \(disagreement.verifyReceipt ?? "nothing"), Server API: \(disagreement.serverAPI ?? "nothing"))",
+                ]
+            }
+        }
     }
 }
 
@@ -138,6 +152,8 @@ public struct AccountOutcomeCounts: Sendable {
     public var latestReceiptsIgnored = 0
     public var bundleMismatches: [String] = []
     public var receiptsNotDecodedLocally = 0
+    /// Where the two sources disagreed about the account (`--source both`).
+    public var disagreements: [Disagreement] = []
 
     public init(outcome: AccountOutcome) {
         self.outcome = outcome

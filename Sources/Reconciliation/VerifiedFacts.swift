@@ -39,6 +39,8 @@ public struct VerifiedFacts: Sendable {
     public var source: AppleSource
     /// Each transaction's own price, by transaction id, where signed data gave one.
     public var prices: [String: Price] = [:]
+    /// Products signed data says are consumables (`type`), which verifyReceipt drops once finished.
+    public var consumableProducts: Set<String> = []
 
     public init(
         receiptId: Int64?, transactions: [Transaction], receiptTransactions: [Transaction] = [], renewals: [PendingRenewalInfo],
@@ -68,6 +70,7 @@ extension VerifiedFacts {
             receiptId: receiptId, transactions: signedTransactions.map(\.ledgerTransaction),
             renewals: renewalInfos.map(\.pendingRenewalInfo), environment: environment, source: .serverAPI)
         for transaction in signedTransactions {
+            if transaction.type == "Consumable" { consumableProducts.insert(transaction.productId) }
             if let price = transaction.price, let currency = transaction.currency {
                 prices[transaction.transactionId] = Price(milliunits: price, currency: currency)
             }

@@ -102,4 +102,72 @@ import TestSupport
             #expect(try await world.entitlements() == before)
         }
     }
+
+    // MARK: --source both
+
+    /// Three accounts verifyReceipt sees alike; the simulator's API is told to disagree on two:
+    /// a refund only it knows, and a later expiry.
+    static func disagreeingWorld(_ body: @escaping (RunWorld) async throws -> Void) async throws {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        func chain(_ id: String, expires: Int64, refunded: Int64? = nil) -> [String: Any] {
+            var transaction: [String: Any] = ["transactionId": id, "productId": "pro.monthly", "type": "Auto-Renewable Subscription",
+                                              "purchaseDate": now + 10 * day - 30 * day, "expiresDate": expires]
+            if let refunded { transaction["revocationDate"] = refunded; transaction["revocationReason"] = 0 }
+            return ["environment": "Production", "transactions": [transaction], "renewal": ["autoRenewStatus": 1, "autoRenewProductId": "pro.monthly"]]
+        }
+        let chains: [String: Any] = [
+            "80": chain("80", expires: now + 10 * day, refunded: now - 3_600_000),
+            "81": chain("81", expires: now + 15 * day),
+            "82": chain("82", expires: now + 10 * day),
+        ]
+        try await RunWorld.with("api-both", now: Date(ms: now), scenario: ["api": ["chains": chains]]) { world in
+            for (account, original) in [("refunded", "80"), ("longer", "81"), ("same", "82")] {
+                try await world.addReceipt(account, spec: ["generate": ["subscriptions": [world.subscription(original: original, renewals: 1, endDays: 10)]]])
+            }
+            var verifyReceipt = world.options()
+            verifyReceipt.bundleIds = ["com.example.app"]
+            _ = try await world.run(verifyReceipt)
+            try await body(world)
+        }
+    }
+
+    static func both(_ world: RunWorld, authority: AppleSource) -> RunOptions {
+        var options = Self.options(world)
+        options.source = authority
+        options.crossCheck = true
+        return options
+    }
+
+    @Test func bothReportsExactlyTheDisagreementsAndAppliesVerifyReceiptsAnswer() async throws {
+        try await Self.disagreeingWorld { world in
+            let (summary, ending) = try await world.run(Self.both(world, authority: .verifyReceipt))
+            #expect(ending == .completed)
+            #expect(summary.disagreements == [.refundOnlyInServerAPI: 1, .state: 1, .expiry: 1])
+            let csv = try String(contentsOf: try #require(try world.lastReportDirectory()).appending(path: "disagreements.csv"), encoding: .utf8)
+            let rows = csv.components(separatedBy: "\r\n").filter { !$0.isEmpty }
+            #expect(rows.first == "account_id,kind,product_id,transaction_id,verify_receipt,server_api")
+            #expect(Set(rows.dropFirst().map { $0.split(separator: ",").prefix(2).joined(separator: ",") })
+                == ["refunded,refund_only_in_server_api", "refunded,state_differs", "longer,expiry_differs"])
+            #expect(rows.contains("refunded,state_differs,pro.monthly,,active,refunded"))
+            // verifyReceipt is the authority: nothing of the API's refund is applied.
+            #expect(try await world.entitlements()["refunded/pro.monthly"]?.state == .active)
+            #expect(summary.totalCorrections == 0)
+            let markdown = try String(contentsOf: try #require(try world.lastReportDirectory()).appending(path: "summary.md"), encoding: .utf8)
+            #expect(markdown.contains("## Where verifyReceipt and the App Store Server API disagree"))
+            #expect(markdown.contains("| refund_only_in_server_api | 1 |"))
+            // Both sources were asked for every account: 3 verifyReceipt requests, 2 API calls each.
+            #expect(summary.appleRequests == 3 + 3 * 2)
+        }
+    }
+
+    @Test func bothWithTheServerAPIAsAuthorityAppliesItsAnswer() async throws {
+        try await Self.disagreeingWorld { world in
+            let (summary, _) = try await world.run(Self.both(world, authority: .serverAPI))
+            #expect(summary.disagreements?[.refundOnlyInServerAPI] == 1)
+            let entitlements = try await world.entitlements()
+            #expect(entitlements["refunded/pro.monthly"]?.state == .refunded)
+            #expect(entitlements["longer/pro.monthly"]?.expiresAt == world.expiry(endDays: 15))
+            #expect(entitlements["same/pro.monthly"]?.state == .active)
+        }
+    }
 }
