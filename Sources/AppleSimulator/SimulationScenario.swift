@@ -47,6 +47,9 @@ public struct SimulationScenario: Sendable {
         self.receipts = receipts
         let api = root["api"] as? [String: Any] ?? [:]
         apiUnauthorized = api["unauthorized"] as? Bool ?? false
+        let derived = try SimulatedAPIChain.chains(
+            fromReceipts: api["from_receipts"] as? [String] ?? [], disagreements: api["disagreements"] as? [String: [String: Any]] ?? [:])
+        apiChains.merge(derived) { $1 }
         for (original, value) in api["chains"] as? [String: Any] ?? [:] {
             guard let spec = value as? [String: Any] else { throw SimulatorError("api chain \(original): not an object") }
             apiChains[original] = try SimulatedAPIChain(spec: spec)

@@ -19,8 +19,14 @@ struct ServerAPISource: AppleAccountSource {
     var source: AppleSource { .serverAPI }
 
     func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts) async -> [ReceiptVerification] {
+        await verify(work, counts: &counts, knownOriginals: [])
+    }
+
+    /// The same, also asking for `knownOriginals` (what verifyReceipt just said of the account,
+    /// with `--source both`: chains bought since the entitlements were last written).
+    func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts, knownOriginals: [String]) async -> [ReceiptVerification] {
         var receipts: [(StoredReceipt, LocalReceipt?)] = []
-        var originals: [String] = work.stored.map(\.originalTransactionId)
+        var originals: [String] = work.stored.map(\.originalTransactionId) + knownOriginals
         for receipt in work.receipts {
             let local = receipt.oversizeBytes == nil ? VerifyReceiptSource.localDecode(receipt.latestReceipt) : nil
             receipts.append((receipt, local))

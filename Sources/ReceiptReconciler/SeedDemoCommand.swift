@@ -35,6 +35,11 @@ struct SeedDemoCommand: AsyncParsableCommand {
     @Option(help: "Seed of the random choices, for a repeatable world.")
     var seed: UInt64 = 42
 
+    @Option(help: ArgumentHelp(
+        "Also write a simulate-apple scenario in which the App Store Server API shows the same world, disagreeing with verifyReceipt on purpose for two accounts (a refund only the API knows, a later expiry).",
+        valueName: "file"))
+    var apiScenario: String?
+
     func run() async throws {
         let connection = try await PostgresConnection.connect(try database.connectionString())
         let store = SeedStore(connection: connection)
@@ -61,6 +66,7 @@ struct SeedDemoCommand: AsyncParsableCommand {
             }
             try await store.copy(receipts: receipts)
             try await store.copy(entitlements: entitlements, updatedAt: world.now)
+            if let apiScenario { try world.writeAPIScenario(accounts: accounts, to: URL(filePath: apiScenario)) }
             if profile == .demo && accounts > DemoWorld.schedule.count {
                 let secret = ProcessInfo.processInfo.environment["APPLE_SHARED_SECRET"] ?? "demo-shared-secret"
                 try await store.copy(notifications: world.notifications(sharedSecret: secret))
@@ -255,5 +261,19 @@ struct DemoWorld {
             stored("pro.monthly", "active", expiresMs: nowMs + 9 * 86_400_000, latest: renewalId(renewals))
         }
         return account
+    }
+}
+
+extension DemoWorld {
+    /// The Server API's view of the same accounts (`simulate-apple --scenario`): every synthetic
+    /// receipt, and two deliberate disagreements, on the renewed and the auto-renew-off accounts.
+    func writeAPIScenario(accounts: Int, to url: URL) throws {
+        let blobs = (0..<accounts).flatMap { account($0).receipts.map(\.latestReceipt) }
+        func original(_ kind: Kind) -> String { String(2_000_000_000_000 + Self.schedule.firstIndex(of: kind)! * 1000) }
+        let scenario: [String: Any] = ["api": [
+            "from_receipts": blobs,
+            "disagreements": [original(.renewedAgain): ["refund": true], original(.autoRenewOff): ["expires_shift_days": 3]],
+        ]]
+        try JSONSerialization.data(withJSONObject: scenario).write(to: url, options: .atomic)
     }
 }

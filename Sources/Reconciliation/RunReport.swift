@@ -130,7 +130,7 @@ public enum RunReport {
             text += rejected.map { "- \($0)" }.joined(separator: "\n") + "\n"
         }
         if let disagreements = summary.disagreements, !disagreements.isEmpty {
-            text += "\n## Where verifyReceipt and the App Store Server API disagree\n\n| kind | accounts' points |\n|---|---|\n"
+            text += "\n## Where verifyReceipt and the App Store Server API disagree\n\n| kind | count |\n|---|---|\n"
             for kind in Disagreement.Kind.allCases { if let count = disagreements[kind] { text += "| \(kind.rawValue) | \(count) |\n" } }
             text += "\nThe first ones (all of them are in `disagreements.csv`):\n\n"
             text += (summary.disagreementExamples ?? []).map { "- \($0)" }.joined(separator: "\n") + "\n"
