@@ -1,0 +1,89 @@
+import Foundation
+import Postgres
+import Testing
+import TestSupport
+
+/// A run that asks the Server API, killed mid-way twice and rerun, loses and doubles nothing:
+/// it ends with exactly the corrections of an undisturbed run, as for verifyReceipt.
+@Suite struct ServerAPIKillTests {
+    static let accounts = 240
+
+    /// The receipts of both worlds, made before the worlds so the simulator's API can know them.
+    static func blobs(now: Date) -> [String] {
+        let nowMs = Int64(now.timeIntervalSince1970 * 1000), day: Int64 = 86_400_000
+        return (0..<accounts).map { index in
+            let renewals = 1 + index % 5
+            let end = nowMs + Int64(index % 20 - 5) * day
+            return syntheticReceipt(["generate": ["subscriptions": [[
+                "product_id": "pro.monthly", "original_transaction_id": "\(10_000 + index)", "renewals": renewals,
+                "start_ms": end - Int64(renewals) * 30 * day, "period_ms": 30 * day,
+            ]]]])
+        }
+    }
+
+    static func store(_ blobs: [String], in world: RunWorld) async throws {
+        let rows = blobs.enumerated().map { [PostgresBind(String(format: "acct-%05d", $0.offset)), PostgresBind($0.element)] }
+        try await world.connection.copy(into: "iap.app_receipts", columns: ["account_id", "latest_receipt"], rows: rows)
+    }
+
+    @Test func killedTwiceAndRerunEndsWithTheCorrectionsOfAnUndisturbedRun() async throws {
+        let now = Date()
+        let blobs = Self.blobs(now: now)
+        let api: [String: Any] = ["from_receipts": blobs]
+        let key = FileManager.default.temporaryDirectory.appending(path: "rr-key-\(UUID().uuidString).p8")
+        try Fixtures.data("asapi/apple-lib/swift/certs/testSigningKey.p8").write(to: key)
+        defer { try? FileManager.default.removeItem(at: key) }
+        // About 150 ms an exchange: each kill lands mid-run even on a slow, sanitized build.
+        try await RunWorld.with("api-kill", now: now, scenario: ["api": api, "latency_ms": 150]) { killed in
+            try await RunWorld.with("api-calm", now: now, scenario: ["api": api]) { calm in
+                try await Self.store(blobs, in: killed)
+                try await Self.store(blobs, in: calm)
+                let root = killed.reportRoot.appending(path: "root.der")
+                try FileManager.default.createDirectory(at: killed.reportRoot, withIntermediateDirectories: true)
+                try Data(killed.simulator.signingRoot).write(to: root)
+                var environment = OperationsTests.environment(killed)
+                environment.merge([
+                    "APPSTORE_ISSUER_ID": "issuer", "APPSTORE_KEY_ID": "KEY", "APPSTORE_PRIVATE_KEY_FILE": key.path,
+                    "APPSTORE_BUNDLE_ID": "com.example.app", "APPSTORE_API_URL": killed.simulator.apiURL,
+                    "APPSTORE_SANDBOX_API_URL": killed.simulator.sandboxAPIURL,
+                ]) { $1 }
+                let arguments = [
+                    "run", "--source", "both", "--authority", "server-api", "--apple-root-certificate", root.path,
+                    "--concurrency", "4", "--batch-size", "7", "--report-dir", killed.reportRoot.path,
+                ]
+                for round in 1...2 {
+                    let cli = try CLIProcess(arguments, environment: environment)
+                    for _ in 0..<1_500 {
+                        let processed = try await killed.count("""
+                            SELECT COALESCE((SELECT accounts_processed FROM iap.reconciliation_runs WHERE id = \(round)), 0)
+                            """)
+                        if processed >= 20 { break }
+                        try await Task.sleep(for: .milliseconds(20))
+                    }
+                    cli.signal(SIGKILL)
+                    _ = try await cli.wait()
+                }
+                let rerun = try await CLIProcess.run(arguments, environment: environment)
+                #expect(rerun.status == 0, "\(rerun.stderr)")
+                #expect(try await killed.count("SELECT count(*) FROM iap.reconciliation_runs WHERE status = 'interrupted'") == 2)
+
+                var options = calm.options()
+                options.source = .serverAPI
+                options.crossCheck = true
+                options.bundleIds = ["com.example.app"]
+                options.appleRootCertificates = [calm.simulator.signingRoot]
+                let (undisturbed, _) = try await calm.run(options)
+                #expect(undisturbed.accountsProcessed == Self.accounts)
+                #expect(undisturbed.disagreements == nil)  // the same world through both doors
+                let expected = try await OperationsTests.appliedCorrections(calm)
+                #expect(expected.count > Self.accounts / 2)
+                #expect(try await OperationsTests.appliedCorrections(killed) == expected)
+                #expect(try await killed.entitlements() == calm.entitlements())
+                // The ledger rows came from the API in both worlds, once each.
+                #expect(try await killed.count("SELECT count(*) FROM iap.transactions WHERE source = 'server_api'")
+                    == calm.count("SELECT count(*) FROM iap.transactions WHERE source = 'server_api'"))
+                #expect(try await killed.count("SELECT count(*) FROM iap.app_receipts WHERE last_verified_at IS NULL") == 0)
+            }
+        }
+    }
+}
