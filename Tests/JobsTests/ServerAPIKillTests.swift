@@ -87,3 +87,30 @@ import TestSupport
         }
     }
 }
+
+/// HTTP 401 from the Server API is a key set-up that is wrong: the command exits 2, as for 21004,
+/// and names what to check, never the key.
+@Suite struct ServerAPIUnauthorizedCLITests {
+    @Test func a401ExitsWithStatus2() async throws {
+        let key = FileManager.default.temporaryDirectory.appending(path: "rr-key-\(UUID().uuidString).p8")
+        let pem = try Fixtures.data("asapi/apple-lib/swift/certs/testSigningKey.p8")
+        try pem.write(to: key)
+        defer { try? FileManager.default.removeItem(at: key) }
+        try await RunWorld.with("api-401-cli", scenario: ["api": ["unauthorized": true]]) { world in
+            try await OperationsTests.populate(world, count: 5)
+            _ = try await world.run(world.options())  // entitlements, so the API has ids to ask about
+            var environment = OperationsTests.environment(world)
+            environment.merge([
+                "APPSTORE_ISSUER_ID": "issuer", "APPSTORE_KEY_ID": "KEY", "APPSTORE_PRIVATE_KEY_FILE": key.path,
+                "APPSTORE_BUNDLE_ID": "com.example.app", "APPSTORE_API_URL": world.simulator.apiURL,
+                "APPSTORE_SANDBOX_API_URL": world.simulator.sandboxAPIURL,
+            ]) { $1 }
+            let result = try await CLIProcess.run(
+                ["backfill", "--all", "--source", "server-api", "--report-dir", world.reportRoot.path], environment: environment)
+            #expect(result.status == 2)
+            #expect(result.stderr.contains("APPSTORE_KEY_ID") || result.stdout.contains("APPSTORE_KEY_ID"))
+            let keyLine = String(decoding: pem, as: UTF8.self).split(separator: "\n")[1]
+            #expect(!result.stderr.contains(keyLine) && !result.stdout.contains(keyLine))
+        }
+    }
+}
