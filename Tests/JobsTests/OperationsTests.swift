@@ -31,6 +31,20 @@ import TestSupport
         try await world.connection.copy(into: "iap.app_receipts", columns: ["account_id", "latest_receipt"], rows: receipts)
     }
 
+    /// SIGKILLs `cli` once its run (`run`, the run's id) has committed batches of its own,
+    /// however slow the machine.
+    static func killOnceCommitted(_ cli: CLIProcess, world: RunWorld, run: Int) async throws {
+        for _ in 0..<1_500 {
+            let processed = try await world.count("""
+                SELECT COALESCE((SELECT accounts_processed FROM iap.reconciliation_runs WHERE id = \(run)), 0)
+                """)
+            if processed >= 20 { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        cli.signal(SIGKILL)
+        _ = try await cli.wait()
+    }
+
     /// (account, product, kind, after) of every applied correction: what a run did, whoever ran it.
     static func appliedCorrections(_ world: RunWorld) async throws -> [String] {
         try await world.connection.query("""
@@ -122,17 +136,7 @@ import TestSupport
                 try await Self.populate(calm, count: 300)
                 let arguments = ["run", "--concurrency", "4", "--batch-size", "7", "--report-dir", killed.reportRoot.path]
                 for round in 1...2 {
-                    let cli = try CLIProcess(arguments, environment: Self.environment(killed))
-                    // Kill once this run has committed batches of its own, however slow the machine.
-                    for _ in 0..<1_500 {
-                        let processed = try await killed.count("""
-                            SELECT COALESCE((SELECT accounts_processed FROM iap.reconciliation_runs WHERE id = \(round)), 0)
-                            """)
-                        if processed >= 20 { break }
-                        try await Task.sleep(for: .milliseconds(20))
-                    }
-                    cli.signal(SIGKILL)
-                    _ = try await cli.wait()
+                    try await Self.killOnceCommitted(try CLIProcess(arguments, environment: Self.environment(killed)), world: killed, run: round)
                 }
                 let rerun = try await CLIProcess.run(arguments, environment: Self.environment(killed))
                 #expect(rerun.status == 0, "\(rerun.stderr)")

@@ -21,6 +21,15 @@ import TestSupport
         }
     }
 
+    /// The CLI's environment for a world whose simulator also serves the Server API.
+    static func environment(_ world: RunWorld, key: URL) -> [String: String] {
+        OperationsTests.environment(world).merging([
+            "APPSTORE_ISSUER_ID": "issuer", "APPSTORE_KEY_ID": "KEY", "APPSTORE_PRIVATE_KEY_FILE": key.path,
+            "APPSTORE_BUNDLE_ID": "com.example.app", "APPSTORE_API_URL": world.simulator.apiURL,
+            "APPSTORE_SANDBOX_API_URL": world.simulator.sandboxAPIURL,
+        ]) { $1 }
+    }
+
     static func store(_ blobs: [String], in world: RunWorld) async throws {
         let rows = blobs.enumerated().map { [PostgresBind(String(format: "acct-%05d", $0.offset)), PostgresBind($0.element)] }
         try await world.connection.copy(into: "iap.app_receipts", columns: ["account_id", "latest_receipt"], rows: rows)
@@ -41,27 +50,13 @@ import TestSupport
                 let root = killed.reportRoot.appending(path: "root.der")
                 try FileManager.default.createDirectory(at: killed.reportRoot, withIntermediateDirectories: true)
                 try Data(killed.simulator.signingRoot).write(to: root)
-                var environment = OperationsTests.environment(killed)
-                environment.merge([
-                    "APPSTORE_ISSUER_ID": "issuer", "APPSTORE_KEY_ID": "KEY", "APPSTORE_PRIVATE_KEY_FILE": key.path,
-                    "APPSTORE_BUNDLE_ID": "com.example.app", "APPSTORE_API_URL": killed.simulator.apiURL,
-                    "APPSTORE_SANDBOX_API_URL": killed.simulator.sandboxAPIURL,
-                ]) { $1 }
+                let environment = Self.environment(killed, key: key)
                 let arguments = [
                     "run", "--source", "both", "--authority", "server-api", "--apple-root-certificate", root.path,
                     "--concurrency", "4", "--batch-size", "7", "--report-dir", killed.reportRoot.path,
                 ]
                 for round in 1...2 {
-                    let cli = try CLIProcess(arguments, environment: environment)
-                    for _ in 0..<1_500 {
-                        let processed = try await killed.count("""
-                            SELECT COALESCE((SELECT accounts_processed FROM iap.reconciliation_runs WHERE id = \(round)), 0)
-                            """)
-                        if processed >= 20 { break }
-                        try await Task.sleep(for: .milliseconds(20))
-                    }
-                    cli.signal(SIGKILL)
-                    _ = try await cli.wait()
+                    try await OperationsTests.killOnceCommitted(try CLIProcess(arguments, environment: environment), world: killed, run: round)
                 }
                 let rerun = try await CLIProcess.run(arguments, environment: environment)
                 #expect(rerun.status == 0, "\(rerun.stderr)")
@@ -99,12 +94,7 @@ import TestSupport
         try await RunWorld.with("api-401-cli", scenario: ["api": ["unauthorized": true]]) { world in
             try await OperationsTests.populate(world, count: 5)
             _ = try await world.run(world.options())  // entitlements, so the API has ids to ask about
-            var environment = OperationsTests.environment(world)
-            environment.merge([
-                "APPSTORE_ISSUER_ID": "issuer", "APPSTORE_KEY_ID": "KEY", "APPSTORE_PRIVATE_KEY_FILE": key.path,
-                "APPSTORE_BUNDLE_ID": "com.example.app", "APPSTORE_API_URL": world.simulator.apiURL,
-                "APPSTORE_SANDBOX_API_URL": world.simulator.sandboxAPIURL,
-            ]) { $1 }
+            let environment = ServerAPIKillTests.environment(world, key: key)
             let result = try await CLIProcess.run(
                 ["backfill", "--all", "--source", "server-api", "--report-dir", world.reportRoot.path], environment: environment)
             #expect(result.status == 2)
