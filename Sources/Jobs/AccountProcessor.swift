@@ -85,7 +85,11 @@ struct AccountProcessor: Sendable {
         // Rows the account's last full verification already wrote are not sent again (a backfill
         // rewrites them all). Only a full verification records a digest; anything less clears it.
         let digest = isVerified ? LedgerEntry.digest(ledger) : nil
-        for index in updates.indices { updates[index].ledgerDigest = digest }
+        let originals = isVerified ? Array(Set(union.map(\.originalTransactionId))).sorted() : nil
+        for index in updates.indices {
+            updates[index].ledgerDigest = digest
+            updates[index].ledgerOriginalTransactionIds = originals
+        }
         if let digest, options.kind != .backfill, work.receipts.allSatisfy({ $0.ledgerDigest == digest }) {
             ledger = []
         }

@@ -6,8 +6,9 @@ import SignedData
 import Storage
 
 /// The App Store Server API as a source (`--source server-api`, contract section 9): the
-/// account's original transaction ids, from its stored entitlements and the local decode of its
-/// receipts (Apple's own migration path), each asked for its transaction history and its
+/// account's original transaction ids, from its ledger (as its last verification left it), its
+/// stored entitlements and the local decode of its receipts (Apple's own migration path), each
+/// asked for its transaction history and its
 /// subscription statuses; every signed transaction and renewal info verified before use. The
 /// account verifies as a whole: every receipt row records the same outcome, and the facts come
 /// once, with the first.
@@ -30,7 +31,7 @@ struct ServerAPISource: AppleAccountSource {
         for receipt in work.receipts {
             let local = receipt.oversizeBytes == nil ? VerifyReceiptSource.localDecode(receipt.latestReceipt) : nil
             receipts.append((receipt, local))
-            originals += local?.originals ?? []
+            originals += receipt.knownOriginalTransactionIds + (local?.originals ?? [])
         }
         var seen = Set<String>()
         originals = originals.filter { !$0.isEmpty && seen.insert($0).inserted }

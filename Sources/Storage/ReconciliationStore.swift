@@ -116,7 +116,9 @@ public struct ReconciliationStore: Sendable {
         let rows = try await connection.query("""
             SELECT id, account_id, bundle_id, environment, attempts, xmin::text AS row_version, ledger_digest,
                    CASE WHEN octet_length(latest_receipt) > \(maximumReceiptBytes) THEN '' ELSE latest_receipt END AS latest_receipt,
-                   CASE WHEN octet_length(latest_receipt) > \(maximumReceiptBytes) THEN octet_length(latest_receipt) END AS oversize_bytes
+                   CASE WHEN octet_length(latest_receipt) > \(maximumReceiptBytes) THEN octet_length(latest_receipt) END AS oversize_bytes,
+                   array_to_string(COALESCE(ledger_original_transaction_ids, '{}') || COALESCE(receipt_original_transaction_ids, '{}'), ' ')
+                       AS known_originals
             FROM iap.app_receipts WHERE account_id = ANY(\(accounts)) ORDER BY account_id, id
             """)
         var result: [String: [StoredReceipt]] = [:]
@@ -127,7 +129,9 @@ public struct ReconciliationStore: Sendable {
                 environment: AppleEnvironment(appleName: try row.decode("environment", as: String?.self)),
                 attempts: try row.decode("attempts"), rowVersion: try row.decode("row_version"),
                 ledgerDigest: try row.decode("ledger_digest"), oversizeBytes: try row.decode("oversize_bytes"))
-            result[receipt.accountId, default: []].append(receipt)
+            var known = receipt
+            known.knownOriginalTransactionIds = (try row.decode("known_originals", as: String?.self) ?? "").split(separator: " ").map(String.init)
+            result[receipt.accountId, default: []].append(known)
         }
         return result
     }
@@ -188,6 +192,9 @@ public struct ReconciliationStore: Sendable {
                 receipt_original_transaction_ids = CASE WHEN r.xmin::text = u.row_version
                                                         THEN COALESCE(u.local_originals::text[], r.receipt_original_transaction_ids)
                                                         ELSE r.receipt_original_transaction_ids END,
+                ledger_original_transaction_ids = CASE WHEN r.xmin::text = u.row_version
+                                                       THEN COALESCE(u.ledger_originals::text[], r.ledger_original_transaction_ids)
+                                                       ELSE r.ledger_original_transaction_ids END,
                 -- A blob the app server replaced meanwhile was not what this digest came from.
                 ledger_digest    = CASE WHEN r.xmin::text = u.row_version THEN u.ledger_digest END,
                 -- A notification's request is done once the receipt verified (unless it came after the run began).
@@ -204,9 +211,10 @@ public struct ReconciliationStore: Sendable {
                         \(PostgresTextArray(updates.map(\.latestReceipt)))::text[],
                         \(PostgresTextArray(updates.map(\.localBundleId)))::text[],
                         \(PostgresTextArray(updates.map { $0.localOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[],
-                        \(PostgresTextArray(updates.map(\.ledgerDigest)))::bigint[])
+                        \(PostgresTextArray(updates.map(\.ledgerDigest)))::bigint[],
+                        \(PostgresTextArray(updates.map { $0.ledgerOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[])
                 AS u(id, row_version, environment, verified_at, status, next_attempt_at, attempts, outcome, latest_receipt,
-                     local_bundle_id, local_originals, ledger_digest)
+                     local_bundle_id, local_originals, ledger_digest, ledger_originals)
             WHERE r.id = u.id
             """)
     }

@@ -20,6 +20,9 @@ public struct StoredReceipt: Sendable {
     public var ledgerDigest: Int64?
     /// The blob's size when it was too large to read (`latestReceipt` is empty then).
     public var oversizeBytes: Int?
+    /// The original transaction ids the account's ledger and this receipt's last local decode
+    /// named: where the Server API is asked about the account.
+    public var knownOriginalTransactionIds: [String] = []
 
     public init(id: Int64, accountId: String, bundleId: String? = nil, latestReceipt: String,
                 environment: AppleEnvironment? = nil, attempts: Int = 0, rowVersion: String = "", ledgerDigest: Int64? = nil,
@@ -55,6 +58,8 @@ public struct ReceiptUpdate: Sendable {
     public var localOriginalTransactionIds: [String]?
     /// The account's ledger digest when all its receipts verified; nil clears it.
     public var ledgerDigest: Int64?
+    /// The original transaction ids of the account's verified facts; nil keeps the stored ones.
+    public var ledgerOriginalTransactionIds: [String]?
 
     public init(id: Int64, rowVersion: String, environment: AppleEnvironment?, verifiedAt: Date?, status: Int?,
                 nextAttemptAt: Date?, attempts: Int, outcome: ReceiptOutcome, latestReceipt: String?) {

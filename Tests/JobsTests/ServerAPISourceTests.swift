@@ -103,6 +103,30 @@ import TestSupport
         }
     }
 
+    /// An account that holds only a consumable has no entitlement to name its transaction: the
+    /// ledger's ids, kept with its receipt at its last verification, are where the API is asked.
+    @Test func theLedgersIdsAreAskedEvenWithoutAnEntitlement() async throws {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let chains: [String: Any] = [
+            "95": ["environment": "Production", "transactions": [[
+                "transactionId": "95", "productId": "coins.100", "type": "Consumable", "purchaseDate": now - 2 * Self.day,
+                "revocationDate": now - Self.day, "revocationReason": 1, "price": 990, "currency": "EUR",
+            ]]],
+        ]
+        try await RunWorld.with("api-ledger-ids", scenario: ["api": ["chains": chains]]) { world in
+            try await world.connection.execute("INSERT INTO iap.products (product_id, type) VALUES ('coins.100', 'consumable')")
+            try await world.addReceipt("gamer", spec: ["generate": ["purchases": [["product_id": "coins.100", "transaction_id": "95"]]]])
+            _ = try await world.run(world.options())
+            #expect(try await world.entitlements().isEmpty)
+            let (summary, _) = try await world.run(Self.options(world))
+            #expect(summary.receipts[.verified] == 1, "\(summary.receipts)")
+            let row = try await world.connection.query("SELECT cancellation_date, source, price_milliunits FROM iap.transactions WHERE transaction_id = '95'")[0]
+            #expect(try row.decode("cancellation_date", as: Date?.self) == Date(ms: now - Self.day))
+            #expect(try row.decode("source", as: String?.self) == "server_api")
+            #expect(try row.decode("price_milliunits", as: Int64?.self) == 990)
+        }
+    }
+
     // MARK: --source both
 
     /// Three accounts verifyReceipt sees alike; the simulator's API is told to disagree on two:
