@@ -125,6 +125,8 @@ struct BothSources: AppleAccountSource {
         if let left = Self.facts(byVerifyReceipt), let right = Self.facts(byServerAPI) {
             counts.disagreements = SourceComparison.disagreements(
                 accountId: work.accountId, verifyReceipt: left, serverAPI: right, rules: rules, now: now)
+        } else if Self.facts(chosen) != nil {
+            counts.otherSourceFailed = true
         }
         return chosen
     }

@@ -68,6 +68,9 @@ public enum RunReport {
         }
         if !summary.consumptionRequests.isEmpty { lines.append("  consumption requests: \(summary.consumptionRequests.count)") }
         if !summary.bundleMismatches.isEmpty { lines.append("  receipts of another app: \(summary.bundleMismatches.count) (see the report)") }
+        if let skipped = summary.accountsNotCrossChecked, skipped > 0 {
+            lines.append("  not cross-checked (the other source failed): \(skipped)")
+        }
         if let disagreements = summary.disagreements, !disagreements.isEmpty {
             lines.append("  source disagreements: \(disagreements.values.reduce(0, +)) (see disagreements.csv)")
         }

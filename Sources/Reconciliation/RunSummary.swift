@@ -81,6 +81,9 @@ public struct RunSummary: Sendable, Codable, Equatable {
     /// first few as lines. Optional only so that summaries stored before them still decode.
     public var disagreements: [Disagreement.Kind: Int]?
     public var disagreementExamples: [String]?
+    /// `--source both`: accounts the source that is not the authority could not verify (they were
+    /// corrected from the authority's answer all the same, and not compared).
+    public var accountsNotCrossChecked: Int?
 
     public var error: String?
 
@@ -110,6 +113,7 @@ public struct RunSummary: Sendable, Codable, Equatable {
         receiptsNotDecodedLocally += account.receiptsNotDecodedLocally
         latestReceiptsStored += account.latestReceiptsStored
         latestReceiptsIgnored += account.latestReceiptsIgnored
+        if account.otherSourceFailed { accountsNotCrossChecked = (accountsNotCrossChecked ?? 0) + 1 }
         for disagreement in account.disagreements {
             disagreements = disagreements ?? [:]
             disagreements![disagreement.kind, default: 0] += 1
@@ -154,6 +158,8 @@ public struct AccountOutcomeCounts: Sendable {
     public var receiptsNotDecodedLocally = 0
     /// Where the two sources disagreed about the account (`--source both`).
     public var disagreements: [Disagreement] = []
+    /// `--source both`: the source that is not the authority could not verify the account.
+    public var otherSourceFailed = false
 
     public init(outcome: AccountOutcome) {
         self.outcome = outcome

@@ -145,7 +145,7 @@ import TestSupport
             "82": chain("82", expires: now + 10 * day),
         ]
         try await RunWorld.with("api-both", now: Date(ms: now), scenario: ["api": ["chains": chains]]) { world in
-            for (account, original) in [("refunded", "80"), ("longer", "81"), ("same", "82")] {
+            for (account, original) in [("refunded", "80"), ("longer", "81"), ("same", "82"), ("unknown", "83")] {
                 try await world.addReceipt(account, spec: ["generate": ["subscriptions": [world.subscription(original: original, renewals: 1, endDays: 10)]]])
             }
             var verifyReceipt = world.options()
@@ -176,11 +176,15 @@ import TestSupport
             // verifyReceipt is the authority: nothing of the API's refund is applied.
             #expect(try await world.entitlements()["refunded/pro.monthly"]?.state == .active)
             #expect(summary.totalCorrections == 0)
+            // The API knows nothing of the fourth account: verified by verifyReceipt all the same, not compared.
+            #expect(summary.accountsNotCrossChecked == 1)
+            #expect(summary.accountsVerified == 4)
             let markdown = try String(contentsOf: try #require(try world.lastReportDirectory()).appending(path: "summary.md"), encoding: .utf8)
             #expect(markdown.contains("## Where verifyReceipt and the App Store Server API disagree"))
             #expect(markdown.contains("| refund_only_in_server_api | 1 |"))
-            // Both sources were asked for every account: 3 verifyReceipt requests, 2 API calls each.
-            #expect(summary.appleRequests == 3 + 3 * 2)
+            // Both sources were asked for every account: 4 verifyReceipt requests, 2 API calls for each
+            // known account, and the unknown one's history asked of production, then sandbox.
+            #expect(summary.appleRequests == 4 + 3 * 2 + 2)
         }
     }
 
@@ -192,6 +196,8 @@ import TestSupport
             #expect(entitlements["refunded/pro.monthly"]?.state == .refunded)
             #expect(entitlements["longer/pro.monthly"]?.expiresAt == world.expiry(endDays: 15))
             #expect(entitlements["same/pro.monthly"]?.state == .active)
+            // The authority failed for the unknown account: it is not corrected from the other source.
+            #expect(summary.accountsFailed == 1 && summary.accountsNotCrossChecked == nil)
         }
     }
 }
