@@ -64,9 +64,9 @@ public final class SignedDataVerifier: Sendable {
 
     /// The payload, if every check passes; otherwise the first check that failed.
     public func verify<Payload: SignedPayload>(
-        _ jws: String, as type: Payload.Type, environment: ExpectedEnvironment, signedDateFallback: Date? = nil
+        _ jws: String, as type: Payload.Type, environment: ExpectedEnvironment
     ) async throws(SignedDataRejection) -> Payload {
-        let examination = await examine(jws, as: type, environment: environment, signedDateFallback: signedDateFallback)
+        let examination = await examine(jws, as: type, environment: environment)
         if let failed = examination.firstFailure { throw failed }
         guard let payload = examination.payload else { throw SignedDataRejection(check: .format, detail: "no payload") }
         return payload
@@ -83,8 +83,10 @@ public final class SignedDataVerifier: Sendable {
 
     /// Every check of a V2 notification's payload, and of the transaction and renewal info inside.
     public func examineNotification(signedPayload: String) async -> NotificationExamination {
-        let fallback = Self.innerSignedDate(of: signedPayload)
-        let notification = await examine(signedPayload, as: NotificationV2Payload.self, environment: .either, signedDateFallback: fallback)
+        // Parsed once: the transaction inside is read for its signedDate only when the payload has none.
+        let notification = await examine(signedPayload, as: NotificationV2Payload.self, environment: .either) { payload in
+            payload.signedDate == nil ? Self.signedDate(ofTransaction: payload.signedTransactionInfo) : nil
+        }
         // The inner payloads must come from the environment the notification names.
         let environment: ExpectedEnvironment = AppleEnvironment(appleName: notification.payload?.environment).map { .host($0) } ?? .either
         var transaction: SignedDataExamination<JWSTransaction>?
@@ -98,11 +100,10 @@ public final class SignedDataVerifier: Sendable {
         return NotificationExamination(notification: notification, transaction: transaction, renewalInfo: renewalInfo)
     }
 
-    /// A notification without a top-level `signedDate` is checked at its transaction's.
-    private static func innerSignedDate(of signedPayload: String) -> Date? {
-        guard let outer = try? CompactJWS(signedPayload), let payload = try? NotificationV2Payload(json: outer.payload),
-              payload.signedDate == nil, let inner = payload.signedTransactionInfo,
-              let jws = try? CompactJWS(inner) else { return nil }
+    /// A notification without a top-level `signedDate` is checked at its transaction's (unverified
+    /// here: the transaction is verified on its own, and the notification fails with it).
+    private static func signedDate(ofTransaction signed: String?) -> Date? {
+        guard let signed, let jws = try? CompactJWS(signed) else { return nil }
         return (try? JWSTransaction(json: jws.payload))?.signedDate
     }
 
@@ -110,7 +111,14 @@ public final class SignedDataVerifier: Sendable {
 
     /// Every check of one JWS with its result, and the payload decoded (trusted only when all passed).
     public func examine<Payload: SignedPayload>(
-        _ text: String, as type: Payload.Type, environment: ExpectedEnvironment, signedDateFallback: Date? = nil
+        _ text: String, as type: Payload.Type, environment: ExpectedEnvironment
+    ) async -> SignedDataExamination<Payload> {
+        await examine(text, as: type, environment: environment) { _ in nil }
+    }
+
+    /// The same; `signedDateFallback` gives the time to check validity at when the decoded payload has no `signedDate`.
+    private func examine<Payload: SignedPayload>(
+        _ text: String, as type: Payload.Type, environment: ExpectedEnvironment, signedDateFallback: (Payload) -> Date?
     ) async -> SignedDataExamination<Payload> {
         var results: [SignedDataCheckResult] = []
         func record(_ check: SignedDataCheck, _ passed: Bool, _ detail: String) {
@@ -139,7 +147,7 @@ public final class SignedDataVerifier: Sendable {
         record(.oid, chain.oidsPresent, chain.oidDetail)
 
         let claims = payload.claims
-        let (validationTime, timeSource) = Self.validationTime(claims.signedDate, fallback: signedDateFallback)
+        let (validationTime, timeSource) = Self.validationTime(claims.signedDate, fallback: signedDateFallback(payload))
         let expired = chain.certificates.first { !($0.notValidBefore...$0.notValidAfter).contains(validationTime) }
         if chain.certificates.isEmpty {
             record(.validity, false, "no certificate to check")
