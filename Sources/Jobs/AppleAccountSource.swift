@@ -118,7 +118,8 @@ struct BothSources: AppleAccountSource {
     func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts) async -> [ReceiptVerification] {
         let byVerifyReceipt = await verifyReceipt.verify(work, counts: &counts)
         let known = EntitlementRules.union(byVerifyReceipt.compactMap(\.facts)).map(\.originalTransactionId)
-        let byServerAPI = await serverAPI.verify(work, counts: &counts, knownOriginals: known)
+        let byServerAPI = await serverAPI.verify(
+            work, counts: &counts, knownOriginals: known, decoded: byVerifyReceipt.map(\.local))
         let (chosen, other) = authority == .serverAPI ? (byServerAPI, byVerifyReceipt) : (byVerifyReceipt, byServerAPI)
         // The other source's requests were made too.
         counts.appleRequests += other.reduce(0) { $0 + $1.outcome.requests }

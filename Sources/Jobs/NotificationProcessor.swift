@@ -126,9 +126,9 @@ struct NotificationProcessor: Sendable {
         }
         if let transaction = verified.transaction {
             let environment = AppleEnvironment(appleName: transaction.environment ?? payload.environment) ?? .production
-            let price = transaction.price.flatMap { milliunits in transaction.currency.map { Price(milliunits: milliunits, currency: $0) } }
             try await ledger.upsertLedger([LedgerEntry(
-                accountId: account, transaction: transaction.ledgerTransaction, environment: environment, source: .notificationV2, price: price)])
+                accountId: account, transaction: transaction.ledgerTransaction, environment: environment, source: .notificationV2,
+                price: transaction.signedPrice)])
             // Only Apple's signed word clears a refund: a reversal whose transaction no longer carries one.
             if type == "REFUND_REVERSED" && transaction.revocationDate == nil {
                 try await ledger.clearRevocation(transactionId: transaction.transactionId, source: .notificationV2)

@@ -51,6 +51,9 @@ public final class ReconciliationRun: Sendable {
     let client: VerifyReceiptClient
     /// The App Store Server API, for `--source server-api`.
     let serverAPI: ServerAPIClient?
+    /// One verifier of Apple's signed data for the run, notifications and the Server API alike:
+    /// a chain verified once is not verified again (a bad root fails the run where it is used).
+    let signedData: Result<SignedDataVerifier, SignedDataVerifier.BadRoot>
     let logger: Logger
     let stopRequested = Locked(false)
     /// Set when the writer failed: the producer stops taking accounts.
@@ -63,6 +66,7 @@ public final class ReconciliationRun: Sendable {
     public init(options: RunOptions, connections: Connections, client: VerifyReceiptClient, serverAPI: ServerAPIClient? = nil,
                 sharedSecret: String, logger: Logger, sharedSecretRejectionLimit: Int = 20) {
         self.serverAPI = serverAPI
+        signedData = Result { () throws(SignedDataVerifier.BadRoot) in try SignedDataVerifier(configuration: options.signedDataConfiguration) }
         self.options = options
         self.sharedSecret = sharedSecret
         self.connections = connections
@@ -140,7 +144,7 @@ public final class ReconciliationRun: Sendable {
                 try await ensureLockHeld(logger: logger)
                 let processor = NotificationProcessor(
                     store: NotificationStore(connection: connections.writer), ledger: writer, sharedSecret: sharedSecret,
-                    verifier: try SignedDataVerifier(configuration: options.signedDataConfiguration),
+                    verifier: try signedData.get(),
                     maximumAge: options.notificationMaximumAge, logger: logger)
                 try await processor.process(runId: summary.runId, now: now, summary: &summary)
                 try await writer.updateRun(summary)
@@ -288,7 +292,7 @@ public final class ReconciliationRun: Sendable {
         let source: any AppleAccountSource
         if let serverAPI, options.source == .serverAPI || options.crossCheck {
             let signed = ServerAPISource(
-                client: serverAPI, verifier: try SignedDataVerifier(configuration: options.signedDataConfiguration), options: options,
+                client: serverAPI, verifier: try signedData.get(), options: options,
                 secretGuard: secretGuard)
             source = options.crossCheck
                 ? BothSources(verifyReceipt: verifyReceipt, serverAPI: signed, authority: options.source, rules: rules, now: now)

@@ -8,8 +8,8 @@ import Storage
 /// The App Store Server API as a source (`--source server-api`, contract section 9): the
 /// account's original transaction ids, from its ledger (as its last verification left it), its
 /// stored entitlements and the local decode of its receipts (Apple's own migration path), each
-/// asked for its transaction history and its
-/// subscription statuses; every signed transaction and renewal info verified before use. The
+/// asked for its transaction history and its subscription statuses; every signed transaction and
+/// renewal info verified before use. The
 /// account verifies as a whole: every receipt row records the same outcome, and the facts come
 /// once, with the first.
 struct ServerAPISource: AppleAccountSource {
@@ -20,16 +20,21 @@ struct ServerAPISource: AppleAccountSource {
     var source: AppleSource { .serverAPI }
 
     func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts) async -> [ReceiptVerification] {
-        await verify(work, counts: &counts, knownOriginals: [])
+        await verify(work, counts: &counts, knownOriginals: [], decoded: nil)
     }
 
     /// The same, also asking for `knownOriginals` (what verifyReceipt just said of the account,
-    /// with `--source both`: chains bought since the entitlements were last written).
-    func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts, knownOriginals: [String]) async -> [ReceiptVerification] {
+    /// with `--source both`: chains bought since the entitlements were last written). `decoded`,
+    /// when given, is the local decode of each receipt in order, already made (the decode is the
+    /// largest CPU cost of an account: it is not made twice).
+    func verify(
+        _ work: AccountWork, counts: inout AccountOutcomeCounts, knownOriginals: [String], decoded: [LocalReceipt?]?
+    ) async -> [ReceiptVerification] {
         var receipts: [(StoredReceipt, LocalReceipt?)] = []
         var originals: [String] = work.stored.map(\.originalTransactionId) + knownOriginals
-        for receipt in work.receipts {
-            let local = receipt.oversizeBytes == nil ? VerifyReceiptSource.localDecode(receipt.latestReceipt) : nil
+        for (index, receipt) in work.receipts.enumerated() {
+            let local = decoded.map { $0[index] }
+                ?? (receipt.oversizeBytes == nil ? VerifyReceiptSource.localDecode(receipt.latestReceipt) : nil)
             receipts.append((receipt, local))
             originals += receipt.knownOriginalTransactionIds + (local?.originals ?? [])
         }

@@ -71,10 +71,16 @@ extension VerifiedFacts {
             renewals: renewalInfos.map(\.pendingRenewalInfo), environment: environment, source: .serverAPI)
         for transaction in signedTransactions {
             if transaction.type == "Consumable" { consumableProducts.insert(transaction.productId) }
-            if let price = transaction.price, let currency = transaction.currency {
-                prices[transaction.transactionId] = Price(milliunits: price, currency: currency)
-            }
+            if let price = transaction.signedPrice { prices[transaction.transactionId] = price }
         }
+    }
+}
+
+extension JWSTransaction {
+    /// The transaction's own price, when Apple's signed data gave both the amount and its currency.
+    public var signedPrice: Price? {
+        guard let price, let currency else { return nil }
+        return Price(milliunits: price, currency: currency)
     }
 }
 

@@ -128,10 +128,9 @@ public struct ReconciliationStore: Sendable {
                 latestReceipt: try row.decode("latest_receipt"),
                 environment: AppleEnvironment(appleName: try row.decode("environment", as: String?.self)),
                 attempts: try row.decode("attempts"), rowVersion: try row.decode("row_version"),
-                ledgerDigest: try row.decode("ledger_digest"), oversizeBytes: try row.decode("oversize_bytes"))
-            var known = receipt
-            known.knownOriginalTransactionIds = (try row.decode("known_originals", as: String?.self) ?? "").split(separator: " ").map(String.init)
-            result[receipt.accountId, default: []].append(known)
+                ledgerDigest: try row.decode("ledger_digest"), oversizeBytes: try row.decode("oversize_bytes"),
+                knownOriginalTransactionIds: (try row.decode("known_originals", as: String?.self) ?? "").split(separator: " ").map(String.init))
+            result[receipt.accountId, default: []].append(receipt)
         }
         return result
     }

@@ -26,8 +26,9 @@ public struct StoredReceipt: Sendable {
 
     public init(id: Int64, accountId: String, bundleId: String? = nil, latestReceipt: String,
                 environment: AppleEnvironment? = nil, attempts: Int = 0, rowVersion: String = "", ledgerDigest: Int64? = nil,
-                oversizeBytes: Int? = nil) {
+                oversizeBytes: Int? = nil, knownOriginalTransactionIds: [String] = []) {
         self.oversizeBytes = oversizeBytes
+        self.knownOriginalTransactionIds = knownOriginalTransactionIds
         self.id = id
         self.accountId = accountId
         self.bundleId = bundleId
