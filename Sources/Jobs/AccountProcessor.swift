@@ -82,15 +82,17 @@ struct AccountProcessor: Sendable {
                 price: $0.price)
         }
         let isVerified = counts.outcome == .verified && !work.receipts.isEmpty
-        // Rows the account's last full verification already wrote are not sent again (a backfill
-        // rewrites them all). Only a full verification records a digest; anything less clears it.
-        let digest = isVerified ? LedgerEntry.digest(ledger) : nil
+        // Rows the account's last full verification already wrote are not sent again, within
+        // the account's ledger refresh window (a backfill rewrites them all). Only a full
+        // verification records a digest; anything less clears it.
+        let window = options.ledgerRefresh.window(accountId: work.accountId, at: now)
+        let digest = isVerified ? LedgerEntry.digest(ledger, refreshWindow: window ?? 0) : nil
         let originals = isVerified ? Array(Set(union.map(\.originalTransactionId))).sorted() : nil
         for index in updates.indices {
             updates[index].ledgerDigest = digest
             updates[index].ledgerOriginalTransactionIds = originals
         }
-        if let digest, options.kind != .backfill, work.receipts.allSatisfy({ $0.ledgerDigest == digest }) {
+        if let digest, window != nil, options.kind != .backfill, work.receipts.allSatisfy({ $0.ledgerDigest == digest }) {
             ledger = []
         }
         var corrections: [Correction] = []

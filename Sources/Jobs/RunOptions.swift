@@ -29,6 +29,9 @@ public struct RunOptions: Sendable {
     /// How long a deferred receipt waits before the next try: 15 minutes after its first failed
     /// run, doubling, at most 12 hours.
     public var deferral = Backoff(base: .seconds(900), maximum: .seconds(12 * 3600))
+    /// Each account's ledger rows are rewritten at least once in this long, even when Apple's
+    /// answer is unchanged (`--ledger-refresh`): rows edited outside the job heal.
+    public var ledgerRefresh = LedgerRefresh(interval: .seconds(7 * 86_400))
     /// Failed (final) receipts are tried again after this long.
     public var failedRetryAfter: Duration = .seconds(20 * 3600)
     public var reportDirectory: URL?

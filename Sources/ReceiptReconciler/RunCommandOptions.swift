@@ -94,6 +94,9 @@ struct RunCommandOptions: ParsableArguments {
     @Option(help: "Unmatched server notifications are tried again by later runs until they are this old.")
     var notificationMaxAge = TimeLength(seconds: 7 * 86_400)
 
+    @Option(help: "Rewrite each account's ledger rows at least once in this long, even when Apple's answer is unchanged, so rows edited or deleted outside the job are put right (each account at its own time, about a seventh of them each night at 7d; backfill always rewrites; 0: every run).")
+    var ledgerRefresh = TimeLength(seconds: 7 * 86_400)
+
     @Option(help: "Time limit for one exchange with Apple.")
     var requestTimeout = TimeLength(seconds: 60)
 
@@ -176,6 +179,7 @@ struct RunCommandOptions: ParsableArguments {
         options.pageSize = batchSize
         options.progressInterval = progressInterval.duration
         options.notificationMaximumAge = notificationMaxAge.duration
+        options.ledgerRefresh = LedgerRefresh(interval: ledgerRefresh.duration)
         options.bundleIds = Set(app.configuredBundleIds())
         options.appleRootCertificates = try app.trustedRoots()
         options.appAppleId = try app.configuredAppAppleId()

@@ -255,6 +255,7 @@ public struct ReconciliationStore: Sendable {
                 \(PostgresTextArray(unique.map(\.price?.currency)))::text[],
                 \(PostgresTextArray(unique.map(\.source.rawValue)))::text[])
             ON CONFLICT (transaction_id) DO UPDATE SET
+                product_id                    = EXCLUDED.product_id,
                 original_transaction_id       = COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
                 purchase_date                 = COALESCE(EXCLUDED.purchase_date, t.purchase_date),
                 original_purchase_date        = COALESCE(EXCLUDED.original_purchase_date, t.original_purchase_date),
@@ -275,13 +276,13 @@ public struct ReconciliationStore: Sendable {
                 currency                      = COALESCE(EXCLUDED.currency, t.currency),
                 source                        = EXCLUDED.source,
                 updated_at                    = now()
-            WHERE (t.original_transaction_id, t.purchase_date, t.original_purchase_date, t.expires_date,
+            WHERE (t.product_id, t.original_transaction_id, t.purchase_date, t.original_purchase_date, t.expires_date,
                    t.cancellation_date, t.cancellation_reason, t.is_upgraded, t.is_trial_period,
                    t.is_in_intro_offer_period, t.quantity, t.web_order_line_item_id, t.subscription_group_identifier,
                    t.offer_code_ref_name, t.promotional_offer_id, t.ownership_type, t.environment,
                    t.price_milliunits, t.currency)
                IS DISTINCT FROM
-                  (COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
+                  (EXCLUDED.product_id, COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
                    COALESCE(EXCLUDED.purchase_date, t.purchase_date),
                    COALESCE(EXCLUDED.original_purchase_date, t.original_purchase_date),
                    COALESCE(EXCLUDED.expires_date, t.expires_date),

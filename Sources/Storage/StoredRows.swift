@@ -1,3 +1,4 @@
+import CivilCalendar
 import AppStoreModels
 import Hashing
 import Foundation
@@ -94,15 +95,24 @@ public struct LedgerEntry: Sendable {
         self.price = price
     }
 
-    /// FNV-1a (64 bits) over every column the ledger upsert writes, in order: the same rows give
-    /// the same digest in every process (Swift's `Hasher` is seeded per process, so it cannot serve).
-    public static func digest(_ entries: [LedgerEntry]) -> Int64 {
+    /// The meaning of the digest. Raise it whenever the ledger's columns or what the run writes
+    /// into them change: every stored digest then differs, and each account's ledger is rewritten
+    /// once by its next run.
+    public static let digestVersion = 2
+
+    /// FNV-1a (64 bits) over the digest's version, the account's ledger refresh window and every
+    /// column the ledger upsert writes, in order: the same rows give the same digest in every
+    /// process (Swift's `Hasher` is seeded per process, so it cannot serve). A new window changes
+    /// the digest, so rows edited outside the job are rewritten at least once per window.
+    public static func digest(_ entries: [LedgerEntry], refreshWindow: Int64 = 0, version: Int = digestVersion) -> Int64 {
         var hash = FNV1a()
         func mix(_ text: String?) {
             if let text { hash.combine(text) }
             hash.combine(text == nil ? 0xFE : 0xFF)  // ends the field; nil differs from ""
         }
         func mix(_ value: (some CustomStringConvertible)?) { mix(value.map(\.description)) }
+        mix(version)
+        mix(refreshWindow)
         for entry in entries {
             let transaction = entry.transaction
             mix(entry.accountId)
@@ -128,6 +138,29 @@ public struct LedgerEntry: Sendable {
             mix(entry.price?.currency)
         }
         return Int64(bitPattern: hash.value)
+    }
+}
+
+/// How often an account's ledger is rewritten although Apple's answer did not change: the digest
+/// alone cannot see rows deleted, edited or restored from an old backup behind the job's back.
+/// Each account has windows of `interval`, starting at an offset of its own (from its id), so a
+/// nightly run rewrites about one night's share of the accounts, not all of them every `interval`.
+public struct LedgerRefresh: Sendable, Equatable {
+    /// Zero: every run rewrites every ledger.
+    public var interval: Duration
+
+    public init(interval: Duration) { self.interval = interval }
+
+    /// The account's window at `now`; nil when every run rewrites. Two instants `interval` or
+    /// more apart always fall in different windows.
+    public func window(accountId: String, at now: Date) -> Int64? {
+        let length = interval.components.seconds * 1000 + interval.components.attoseconds / 1_000_000_000_000_000
+        guard length > 0 else { return nil }
+        var hash = FNV1a()
+        hash.combine(accountId)
+        let offset = Int64(hash.value % UInt64(length))
+        let milliseconds = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
+        return Timestamp.floorDivision(milliseconds + offset, length).quotient
     }
 }
 

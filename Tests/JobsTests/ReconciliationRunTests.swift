@@ -192,6 +192,8 @@ import TestSupport
             try await world.addReceipt("steady", blob)
             var nightly = world.options(selection: .due(staleAfter: .zero))
             nightly.pageSize = 100
+            // A window of ten years: no refresh falls between this test's runs.
+            nightly.ledgerRefresh = LedgerRefresh(interval: .seconds(3650 * 86_400))
             let ledgerRows = "SELECT count(*) FROM iap.transactions WHERE account_id = 'steady'"
             let digests = "SELECT count(*) FROM iap.app_receipts WHERE ledger_digest IS NOT NULL"
 
@@ -223,6 +225,28 @@ import TestSupport
             _ = try await world.run(nightly, apple: refundingApple)
             #expect(try await world.count(ledgerRows) == 3)
             #expect(try await world.count(digests) == 1)
+
+            // Rows edited and deleted behind the job's back are put right by the next refresh
+            // (a window of 1 ms: every run is in a new one), though Apple's answer is the same.
+            try await world.connection.execute("DELETE FROM iap.transactions WHERE transaction_id = (SELECT min(transaction_id) FROM iap.transactions)")
+            try await world.connection.execute("UPDATE iap.transactions SET cancellation_date = NULL, product_id = 'edited'")
+            _ = try await world.run(nightly, apple: refundingApple)
+            #expect(try await world.count(ledgerRows) == 2)
+            var refreshing = nightly
+            refreshing.ledgerRefresh = LedgerRefresh(interval: .milliseconds(1))
+            _ = try await world.run(refreshing, apple: refundingApple)
+            #expect(try await world.count(ledgerRows) == 3)
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE product_id = 'pro.monthly'") == 3)
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE cancellation_date IS NOT NULL") == 1)
+
+            // A digest of another version (the ledger's meaning changed) rewrites the rows once.
+            try await world.connection.execute("DELETE FROM iap.transactions")
+            try await world.connection.execute("UPDATE iap.app_receipts SET ledger_digest = ledger_digest # 1")
+            _ = try await world.run(nightly, apple: refundingApple)
+            #expect(try await world.count(ledgerRows) == 3)
+            try await world.connection.execute("DELETE FROM iap.transactions")
+            _ = try await world.run(nightly, apple: refundingApple)
+            #expect(try await world.count(ledgerRows) == 0)
         }
     }
 
