@@ -312,15 +312,16 @@ import TestSupport
 
     @Test func jitteredDelaysStayUnderTheCeilingAndGrow() {
         let backoff = Backoff(base: .milliseconds(100), maximum: .seconds(10))
-        var generator = SystemRandomNumberGenerator()
+        let seed = FuzzSeed("jitteredDelaysStayUnderTheCeilingAndGrow")
+        var generator = seed.generator
         var previousMean = Duration.zero
         for attempt in 1...5 {
             let delays = (0..<2_000).map { _ in backoff.delay(afterAttempt: attempt, using: &generator) }
-            #expect(delays.allSatisfy { $0 >= .zero && $0 <= backoff.ceiling(afterAttempt: attempt) })
+            #expect(delays.allSatisfy { $0 >= .zero && $0 <= backoff.ceiling(afterAttempt: attempt) }, "\(seed)")
             let mean = delays.reduce(Duration.zero, +) / delays.count
-            #expect(mean > previousMean, "attempt \(attempt)")
+            #expect(mean > previousMean, "attempt \(attempt); \(seed)")
             // Full jitter: the mean is about half the ceiling.
-            #expect(mean > backoff.ceiling(afterAttempt: attempt) * 0.4 && mean < backoff.ceiling(afterAttempt: attempt) * 0.6)
+            #expect(mean > backoff.ceiling(afterAttempt: attempt) * 0.4 && mean < backoff.ceiling(afterAttempt: attempt) * 0.6, "\(seed)")
             previousMean = mean
         }
     }

@@ -24,7 +24,7 @@ import TestSupport
             let slowed: [[PostgresBind]] = try receipts.map { row in
                 let blob: String = try row.decode("latest_receipt")
                 var spec = try JSONSerialization.jsonObject(with: Data(Data(base64Encoded: blob)!.dropFirst("simulated-receipt:".utf8.count))) as! [String: Any]
-                spec["faults"] = [["delay_ms": 25]]
+                spec["faults"] = [["delay_ms": 50]]
                 spec["repeat_faults"] = true
                 return [PostgresBind(try row.decode("account_id", as: String.self)), PostgresBind(syntheticReceipt(spec))]
             }
@@ -35,10 +35,39 @@ import TestSupport
             environment["DATABASE_URL"] = url
             let arguments = ["run", "--concurrency", "4", "--batch-size", "10", "--report-dir", calm.reportRoot.appending(path: "restart").path]
             let cli = try CLIProcess(arguments, environment: environment)
-            try await Task.sleep(for: .milliseconds(600))
+            // Restart once the run has committed batches of its own and is still writing: the
+            // proof that the restart cut a run in the middle, not before it began or after it ended.
+            let observer = try await PostgresConnection.connect(url)
+            func processed() async throws -> Int {
+                try await observer.query("""
+                    SELECT COALESCE(max(accounts_processed), 0) AS n FROM iap.reconciliation_runs WHERE status = 'running'
+                    """)[0].decode("n")
+            }
+            try await waitUntil("the run committed its first batches") { try await processed() >= 20 }
+            let bootedBefore: String = try await observer.query("SELECT pg_postmaster_start_time()::text AS t")[0].decode("t")
+            let atRestart = try await processed()
+            await observer.close()
             try cluster.restart()
             let first = try await cli.wait()
-            #expect(first.status == 0 || first.status == 1, "\(first.stderr)")  // reconnected, or failed cleanly
+            #expect((20..<200).contains(atRestart), "the run had processed \(atRestart) of 200 accounts when the server stopped")
+            // The run saw its connections cut: it reconnected and finished (exit 0), or stopped
+            // cleanly (exit 1) with an error naming the lost connection.
+            #expect(first.stderr.contains("connection lost"), "\(first.stderr.suffix(3000))")
+            let afterRestart = try await PostgresConnection.connect(url)
+            let bootedAfter: String = try await afterRestart.query("SELECT pg_postmaster_start_time()::text AS t")[0].decode("t")
+            #expect(bootedAfter != bootedBefore)
+            let cut = try await afterRestart.query("SELECT status, accounts_processed FROM iap.reconciliation_runs ORDER BY id")
+            switch first.status {
+            case 0:
+                #expect(first.stderr.contains("database.retrying"))
+                #expect(try cut[0].decode("status", as: String.self) == "completed")
+                #expect(try cut[0].decode("accounts_processed", as: Int.self) == 200)
+            case 1:
+                #expect(try cut[0].decode("accounts_processed", as: Int.self) < 200)
+            default:
+                Issue.record("the cut run exited \(first.status): \(first.stderr.suffix(3000))")
+            }
+            await afterRestart.close()
             let rerun = try await CLIProcess.run(arguments, environment: environment)
             #expect(rerun.status == 0, "\(rerun.stderr)")
 

@@ -43,8 +43,8 @@ import TestSupport
     }
 
     @Test func mutatedJWSAreRejectedAndNothingCrashes() async throws {
-        let seed = ProcessInfo.processInfo.environment["RR_FUZZ_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 0...UInt64.max)
-        var random = SplitMix64(seed: seed)
+        let seed = FuzzSeed("mutatedJWSAreRejectedAndNothingCrashes")
+        var random = seed.generator
         let chain = try SigningChain.create()
         let verifier = try SignedDataVerifier(configuration: .init(
             trustedRoots: [AppleRootCertificates.appleRootCAG3, chain.root], bundleIds: ["com.example.app", "com.goodheartapp"], appAppleId: 1))
@@ -66,9 +66,9 @@ import TestSupport
             ]
             if results.contains(where: { $0 == nil }) {
                 accepted += 1
-                Issue.record("accepted a mutated JWS (iteration \(iteration)); replay with RR_FUZZ_SEED=\(seed)")
+                Issue.record("accepted a mutated JWS (iteration \(iteration)); \(seed)")
             }
         }
-        #expect(accepted == 0, "RR_FUZZ_SEED=\(seed)")
+        #expect(accepted == 0, "\(seed)")
     }
 }
