@@ -34,12 +34,10 @@ import TestSupport
     /// SIGKILLs `cli` once its run (`run`, the run's id) has committed batches of its own,
     /// however slow the machine.
     static func killOnceCommitted(_ cli: CLIProcess, world: RunWorld, run: Int) async throws {
-        for _ in 0..<1_500 {
-            let processed = try await world.count("""
+        try await waitUntil("run \(run) committed 20 accounts") {
+            try await world.count("""
                 SELECT COALESCE((SELECT accounts_processed FROM iap.reconciliation_runs WHERE id = \(run)), 0)
-                """)
-            if processed >= 20 { break }
-            try await Task.sleep(for: .milliseconds(20))
+                """) >= 20
         }
         cli.signal(SIGKILL)
         _ = try await cli.wait()
@@ -65,7 +63,12 @@ import TestSupport
             let shard = try await CLIProcess.run(["run", "--shard", "0/2", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
             #expect(shard.status == 4)
             await holder.close()
-            try await Task.sleep(for: .milliseconds(100))
+            try await waitUntil("the server released the closed session's lock") {
+                try await world.count("""
+                    SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+                      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                    """) == 0
+            }
             let allowed = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
             #expect(allowed.status == 0, "\(allowed.stderr)")
             #expect(allowed.stdout.contains("accounts: 3 processed"))
@@ -107,10 +110,8 @@ import TestSupport
             // Signal once the run has committed its first batches, however slow the machine. Four
             // in flight: the run lasts long enough for the thread sanitizer, which holds a signal
             // back until a thread of its choosing reaches an intercepted call, to deliver it.
-            for _ in 0..<600 {
-                let processed = try await world.count("SELECT COALESCE(max(accounts_processed), 0) FROM iap.reconciliation_runs")
-                if processed >= 30 { break }
-                try await Task.sleep(for: .milliseconds(20))
+            try await waitUntil("the run committed 30 accounts") {
+                try await world.count("SELECT COALESCE(max(accounts_processed), 0) FROM iap.reconciliation_runs") >= 30
             }
             cli.signal(SIGTERM)
             let result = try await cli.wait()
@@ -147,8 +148,24 @@ import TestSupport
                 #expect(expected.count > 200)
                 #expect(try await Self.appliedCorrections(killed) == expected)
                 #expect(try await killed.entitlements() == calm.entitlements())
-                // No account was verified twice by the rerun: the killed runs' committed work was kept.
+                // No account was verified twice: each run's committed batches (counted on its row in
+                // the same transaction) hold exactly the receipts it wrote last, and the three runs
+                // together verified each of the 300 accounts once.
                 #expect(try await killed.count("SELECT count(*) FROM iap.app_receipts WHERE last_verified_at IS NULL") == 0)
+                let runs = try await killed.connection.query("""
+                    SELECT r.id, r.accounts_processed, (SELECT count(*) FROM iap.app_receipts a WHERE a.last_run_id = r.id)::int AS written
+                    FROM iap.reconciliation_runs r ORDER BY r.id
+                    """)
+                #expect(runs.count == 3)
+                var total = 0
+                for run in runs {
+                    let processed: Int = try run.decode("accounts_processed")
+                    #expect(processed > 0)
+                    let id: Int64 = try run.decode("id")
+                    #expect(try run.decode("written", as: Int.self) == processed, "run \(id)")
+                    total += processed
+                }
+                #expect(total == 300)
             }
         }
     }

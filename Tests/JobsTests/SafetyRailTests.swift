@@ -142,17 +142,6 @@ import TestSupport
     }
 }
 
-/// Waits for a condition the test cannot be told about (a backend waiting on a lock, a batch
-/// committed), polling; fails the test after `timeout` (generous: the sanitized suite runs many
-/// worlds at once) instead of waiting forever.
-func waitUntil(_ what: String, timeout: Duration = .seconds(180), _ condition: () async throws -> Bool) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while try await !condition() {
-        guard ContinuousClock.now < deadline else { throw TestSetupError(description: "timed out waiting until \(what)") }
-        try await Task.sleep(for: .milliseconds(20))
-    }
-}
-
 extension RunWorld {
     /// True once a backend of this world's database waits on a lock.
     func someoneWaitsOnALock() async throws -> Bool {

@@ -66,8 +66,7 @@ import TestSupport
         connection = try await database.connect()
         #expect(LiveConnections.count(target: target) == 1)
         connection = nil
-        try await Task.sleep(for: .milliseconds(100))
-        #expect(LiveConnections.count(target: target) == 0)
+        try await waitUntil("the dropped connection is freed", timeout: .seconds(30)) { LiveConnections.count(target: target) == 0 }
         try await database.drop()
     }
 
