@@ -23,10 +23,14 @@ public final class HTTPClient: Sendable {
         public var maximumConnectionsPerHost: Int
         /// Prefer waiting for a connection that can multiplex over opening a new one.
         public var preferMultiplexing: Bool
+        /// PEM certificates to trust instead of the system's (libcurl's CAINFO): a private CA in
+        /// front of the real service, or a test server. Verification itself stays on.
+        public var trustedCertificatesFile: String?
 
-        public init(maximumConnectionsPerHost: Int = 64, preferMultiplexing: Bool = true) {
+        public init(maximumConnectionsPerHost: Int = 64, preferMultiplexing: Bool = true, trustedCertificatesFile: String? = nil) {
             self.maximumConnectionsPerHost = maximumConnectionsPerHost
             self.preferMultiplexing = preferMultiplexing
+            self.trustedCertificatesFile = trustedCertificatesFile
         }
     }
 
@@ -51,10 +55,9 @@ public final class HTTPClient: Sendable {
             let code = rr_curl_multi_setopt_long(multi, option, value)
             precondition(code == CURLM_OK, "curl_multi_setopt(\(option.rawValue)) failed: \(String(cString: curl_multi_strerror(code)))")
         }
-        let preferMultiplexing = configuration.preferMultiplexing
         let thread = Thread { [self] in
             Thread.current.name = "curl-multi"
-            runLoop(preferMultiplexing: preferMultiplexing)
+            runLoop(configuration: configuration)
             loopFinished.signal()
         }
         thread.start()
@@ -114,7 +117,7 @@ public final class HTTPClient: Sendable {
 
     // MARK: - The loop thread
 
-    private func runLoop(preferMultiplexing: Bool) {
+    private func runLoop(configuration: Configuration) {
         var active: [UnsafeMutableRawPointer: Transfer] = [:]
         while true {
             let (submitted, cancelled, isShuttingDown) = state.withLock { state in
@@ -131,7 +134,7 @@ public final class HTTPClient: Sendable {
                 }
                 let easy: UnsafeMutableRawPointer
                 do {
-                    easy = try transfer.start(preferMultiplexing: preferMultiplexing)
+                    easy = try transfer.start(configuration: configuration)
                 } catch {
                     transfer.finish(.failure(error))
                     continue
@@ -220,7 +223,7 @@ final class Transfer: @unchecked Sendable {
     }
 
     /// Creates and configures the easy handle.
-    func start(preferMultiplexing: Bool) throws(HTTPError) -> UnsafeMutableRawPointer {
+    func start(configuration: HTTPClient.Configuration) throws(HTTPError) -> UnsafeMutableRawPointer {
         guard let easy = curl_easy_init() else {
             throw HTTPError(kind: .other, message: "curl_easy_init failed")
         }
@@ -234,8 +237,9 @@ final class Transfer: @unchecked Sendable {
         check(rr_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1))
         check(rr_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1))
         check(rr_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2))
+        if let file = configuration.trustedCertificatesFile { check(rr_curl_easy_setopt_string(easy, CURLOPT_CAINFO, file)) }
         check(rr_curl_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS)))
-        check(rr_curl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, preferMultiplexing ? 1 : 0))
+        check(rr_curl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, configuration.preferMultiplexing ? 1 : 0))
         // libcurl reads 0 as "no limit": every request has one, of 1 ms at the least.
         check(rr_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, max(1, request.connectTimeout.milliseconds)))
         check(rr_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, max(1, request.totalTimeout.milliseconds)))

@@ -199,14 +199,11 @@ import TestSupport
         policy.requestTimeout = .milliseconds(300)
         let client = Self.client(simulator, policy: policy)
         defer { client.shutdown() }
-        let started = ContinuousClock.now
         let outcome = await client.verify(receipt: receiptBlob("hang"))
-        let elapsed = ContinuousClock.now - started
+        // Had the timeout not fired, the answer would have come after 30 s: verified, one attempt.
         #expect(outcome.receiptOutcome == .deferred)
         #expect(outcome.attempts == 2)
         #expect(outcome.reason?.contains("timeout") == true)
-        // Two 30-second stalls cut to 300 ms each (0.6 s alone; the bound allows for a loaded machine).
-        #expect(elapsed < .seconds(15), "took \(elapsed)")
     }
 
     @Test func oversizedAnswersAreRefusedNotRetried() async throws {
@@ -248,17 +245,14 @@ import TestSupport
         let simulator = try SimulatorProcess(scenario: Self.scenario(["many": ["generate": Self.answer]], latency: 1_000))
         let client = Self.client(simulator, concurrency: 200)
         defer { client.shutdown() }
-        let started = ContinuousClock.now
         let outcomes = await withTaskGroup(of: String.self) { group in
             for _ in 0..<200 { group.addTask { await client.verify(receipt: receiptBlob("many")).receiptOutcome.rawValue } }
             return await group.reduce(into: [String]()) { $0.append($1) }
         }
-        let elapsed = ContinuousClock.now - started
         #expect(outcomes.allSatisfy { $0 == "verified" })
+        // Concurrency measured where it happens, not by the clock: the simulator saw them at once.
         let stats = try await simulator.statistics()
         #expect(stats["max_in_flight"] ?? 0 >= 180, "\(stats)")
-        // One after another they would take 200 s; the bound is loose for a loaded 2-core machine.
-        #expect(elapsed < .seconds(15), "200 requests of 1 s took \(elapsed): not concurrent")
         // A second wave reuses the connections instead of opening new ones.
         _ = await withTaskGroup(of: Void.self) { group in
             for _ in 0..<200 { group.addTask { _ = await client.verify(receipt: receiptBlob("many")) } }
@@ -402,7 +396,6 @@ import TestSupport
         let body = Array(#"{"receipt-data":"\#(receiptBlob("hang"))","password":"\#(VerifyReceiptClientTests.secret)"}"#.utf8)
         let request = HTTPRequest(url: simulator.productionURL, method: "POST", headers: ["Content-Type: application/json"],
                                   body: body, connectTimeout: .seconds(200), totalTimeout: .seconds(200))
-        let started = ContinuousClock.now
         let kinds = await withTaskGroup(of: String.self) { group in
             for index in 0..<100 {
                 let task = Task { () -> String in
@@ -423,9 +416,7 @@ import TestSupport
             }
             return await group.reduce(into: [String]()) { $0.append($1) }
         }
-        let elapsed = ContinuousClock.now - started
+        // A lost cancellation would end in `timeout` after 200 s (or in an answer), never `cancelled`.
         #expect(kinds.allSatisfy { $0 == "cancelled" }, "\(Set(kinds))")
-        // A lost cancellation waits out the 200 s timeout; a loaded machine takes seconds, not minutes.
-        #expect(elapsed < .seconds(100), "took \(elapsed): a cancellation was lost until the request timed out")
     }
 }
