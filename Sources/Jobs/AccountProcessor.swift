@@ -21,6 +21,8 @@ struct AccountResult: Sendable {
     var counts: AccountOutcomeCounts
     var receiptUpdates: [ReceiptUpdate]
     var ledger: [LedgerEntry]
+    /// The account's renewal state to store with its ledger; nil leaves the stored one.
+    var renewals: [RenewalEntry]?
     var corrections: [Correction]
     var failures: [FailureRecord]
     /// `--source both`: where the sources disagreed.
@@ -86,7 +88,8 @@ struct AccountProcessor: Sendable {
         // the account's ledger refresh window (a backfill rewrites them all). Only a full
         // verification records a digest; anything less clears it.
         let window = options.ledgerRefresh.window(accountId: work.accountId, at: now)
-        let digest = isVerified ? LedgerEntry.digest(ledger, refreshWindow: window ?? 0) : nil
+        var renewals: [RenewalEntry]? = isVerified ? RenewalEntry.of(verified, accountId: work.accountId) : nil
+        let digest = isVerified ? LedgerEntry.digest(ledger, renewals: renewals ?? [], refreshWindow: window ?? 0) : nil
         let originals = isVerified ? Array(Set(union.map(\.originalTransactionId))).sorted() : nil
         for index in updates.indices {
             updates[index].ledgerDigest = digest
@@ -94,6 +97,7 @@ struct AccountProcessor: Sendable {
         }
         if let digest, window != nil, options.kind != .backfill, work.receipts.allSatisfy({ $0.ledgerDigest == digest }) {
             ledger = []
+            renewals = nil
         }
         var corrections: [Correction] = []
         if isVerified {
@@ -106,7 +110,7 @@ struct AccountProcessor: Sendable {
             counts.sandboxGrants = plan.corrections.filter { $0.kind == .grant && $0.after.environment == "Sandbox" }.count
         }
         return AccountResult(accountId: work.accountId, counts: counts, receiptUpdates: updates, ledger: ledger,
-                             corrections: corrections, failures: failures, disagreements: counts.disagreements)
+                             renewals: renewals, corrections: corrections, failures: failures, disagreements: counts.disagreements)
     }
 
     /// What the run writes back to a receipt row after its verification: what Apple said, the

@@ -397,6 +397,9 @@ public final class ReconciliationRun: Sendable {
                             runId: next.runId, startedAt: now, receipts: batch.flatMap(\.receiptUpdates),
                             ledger: batch.flatMap(\.ledger), corrections: batch.flatMap(\.corrections),
                             verifiedAccounts: batch.filter { $0.counts.outcome == .verified }.map(\.accountId),
+                            renewals: RenewalReplacement(
+                                accounts: batch.filter { $0.renewals != nil }.map(\.accountId),
+                                entries: batch.flatMap { $0.renewals ?? [] }),
                             isDryRun: options.isDryRun)
                         try await writer.updateRun(next)
                     }

@@ -154,11 +154,12 @@ public struct ReconciliationStore: Sendable {
     /// replaces any older plan this run took over.
     public func writeBatch(
         runId: Int64, startedAt: Date, receipts: [ReceiptUpdate], ledger: [LedgerEntry], corrections: [Correction],
-        verifiedAccounts: [String], isDryRun: Bool
+        verifiedAccounts: [String], renewals: RenewalReplacement = RenewalReplacement(), isDryRun: Bool
     ) async throws {
         if !isDryRun {
             try await updateReceipts(runId: runId, startedAt: startedAt, receipts)
             try await upsertLedger(ledger)
+            try await replaceRenewals(renewals)
             if !verifiedAccounts.isEmpty {
                 try await connection.execute("""
                     UPDATE iap.corrections SET status = 'superseded'
@@ -215,6 +216,29 @@ public struct ReconciliationStore: Sendable {
                 AS u(id, row_version, environment, verified_at, status, next_attempt_at, attempts, outcome, latest_receipt,
                      local_bundle_id, local_originals, ledger_digest, ledger_originals)
             WHERE r.id = u.id
+            """)
+    }
+
+    /// The renewal state of these accounts becomes `entries`: Apple's latest word on each chain.
+    public func replaceRenewals(_ replacement: RenewalReplacement) async throws {
+        guard !replacement.accounts.isEmpty else { return }
+        try await connection.execute("DELETE FROM iap.renewals WHERE account_id = ANY(\(replacement.accounts))")
+        let entries = replacement.entries
+        guard !entries.isEmpty else { return }
+        try await connection.execute("""
+            INSERT INTO iap.renewals (account_id, original_transaction_id, product_id, auto_renew_product_id, auto_renew_status,
+                                      expiration_intent, grace_period_expires_date, is_in_billing_retry_period, environment)
+            SELECT * FROM unnest(
+                \(PostgresTextArray(entries.map(\.accountId)))::text[],
+                \(PostgresTextArray(entries.map { $0.info.originalTransactionId ?? "" }))::text[],
+                \(PostgresTextArray(entries.map { $0.info.productId ?? "" }))::text[],
+                \(PostgresTextArray(entries.map(\.info.autoRenewProductId)))::text[],
+                \(PostgresTextArray(entries.map(\.info.autoRenewStatus)))::boolean[],
+                \(PostgresTextArray(entries.map(\.info.expirationIntent)))::integer[],
+                \(PostgresTextArray(entries.map(\.info.gracePeriodExpiresDate)))::timestamptz[],
+                \(PostgresTextArray(entries.map(\.info.isInBillingRetryPeriod)))::boolean[],
+                \(PostgresTextArray(entries.map(\.environment.rawValue)))::text[])
+            ON CONFLICT DO NOTHING
             """)
     }
 

@@ -98,13 +98,14 @@ public struct LedgerEntry: Sendable {
     /// The meaning of the digest. Raise it whenever the ledger's columns or what the run writes
     /// into them change: every stored digest then differs, and each account's ledger is rewritten
     /// once by its next run.
-    public static let digestVersion = 2
+    public static let digestVersion = 3  // 3: the renewal state is part of what is written
 
     /// FNV-1a (64 bits) over the digest's version, the account's ledger refresh window and every
     /// column the ledger upsert writes, in order: the same rows give the same digest in every
     /// process (Swift's `Hasher` is seeded per process, so it cannot serve). A new window changes
     /// the digest, so rows edited outside the job are rewritten at least once per window.
-    public static func digest(_ entries: [LedgerEntry], refreshWindow: Int64 = 0, version: Int = digestVersion) -> Int64 {
+    public static func digest(_ entries: [LedgerEntry], renewals: [RenewalEntry] = [], refreshWindow: Int64 = 0,
+                              version: Int = digestVersion) -> Int64 {
         var hash = FNV1a()
         func mix(_ text: String?) {
             if let text { hash.combine(text) }
@@ -137,7 +138,55 @@ public struct LedgerEntry: Sendable {
             mix(entry.price?.milliunits)
             mix(entry.price?.currency)
         }
+        for renewal in renewals {
+            let info = renewal.info
+            mix(renewal.environment.rawValue)
+            mix(info.originalTransactionId)
+            mix(info.productId)
+            mix(info.autoRenewProductId)
+            mix(info.autoRenewStatus)
+            mix(info.expirationIntent)
+            mix(info.gracePeriodExpiresDate.map { $0.timeIntervalSince1970.bitPattern })
+            mix(info.isInBillingRetryPeriod)
+        }
         return Int64(bitPattern: hash.value)
+    }
+}
+
+/// One row for `iap.renewals`: the renewal state of a subscription chain as Apple last gave it.
+public struct RenewalEntry: Sendable, Equatable {
+    public var accountId: String
+    public var environment: AppleEnvironment
+    public var info: PendingRenewalInfo
+
+    public init(accountId: String, environment: AppleEnvironment, info: PendingRenewalInfo) {
+        self.accountId = accountId
+        self.environment = environment
+        self.info = info
+    }
+
+    /// The renewal state of verified facts, one per chain, product and environment.
+    public static func of(_ facts: [VerifiedFacts], accountId: String) -> [RenewalEntry] {
+        var seen = Set<String>()
+        var result: [RenewalEntry] = []
+        for fact in facts {
+            for info in fact.renewals
+            where seen.insert("\(info.originalTransactionId ?? "")\u{1F}\(info.productId ?? "")\u{1F}\(fact.environment.rawValue)").inserted {
+                result.append(RenewalEntry(accountId: accountId, environment: fact.environment, info: info))
+            }
+        }
+        return result
+    }
+}
+
+/// The accounts whose renewal state a batch replaces, and the rows that replace it.
+public struct RenewalReplacement: Sendable {
+    public var accounts: [String] = []
+    public var entries: [RenewalEntry] = []
+
+    public init(accounts: [String] = [], entries: [RenewalEntry] = []) {
+        self.accounts = accounts
+        self.entries = entries
     }
 }
 

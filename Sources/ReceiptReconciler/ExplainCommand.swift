@@ -1,0 +1,223 @@
+import AppStoreModels
+import ArgumentParser
+import CivilCalendar
+import Foundation
+import Postgres
+import Reconciliation
+import Storage
+
+/// `explain ACCOUNT`: the evidence behind every entitlement of one account, for support
+/// (contract section 10). From the database alone; the decision is re-made by the run's rules.
+struct ExplainCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "explain",
+        abstract: "Shows why an account has, or does not have, each entitlement: the evidence and the rule's decision.",
+        discussion: """
+            Reads only the database (no request to Apple): the account's receipts, its ledger by product and chain, \
+            the renewal state Apple last gave, the stored iap.entitlements rows, every correction ever made and the \
+            server notifications matched to it. For each product the entitlement rules decide again, as of now or \
+            --as-of, from the stored ledger and renewal state, with the same code a run uses; where the stored row \
+            differs, the line says what the next run that verifies the account would change. Exit 1 when nothing is \
+            stored about the account or the database cannot be read.
+            """
+    )
+
+    @OptionGroup var database: DatabaseOptions
+    @OptionGroup var logging: LoggingOptions
+
+    @Argument(help: "The account id (iap.app_receipts.account_id).")
+    var account: String
+
+    @Flag(help: "JSON for tools (its shape is in the README) instead of text for a person.")
+    var json = false
+
+    @Option(help: ArgumentHelp("Decide as of this time (ISO 8601, e.g. 2026-11-20T12:00:00Z) instead of now.", valueName: "time"))
+    var asOf: String?
+
+    @Option(help: "Whether sandbox purchases grant entitlements, as for run: allow or deny.")
+    var sandbox: SandboxPolicy = .allow
+
+    @Option(help: "The expiry lag, as for run: a revoke of an expiry that passed less than this long ago waits.")
+    var expiryLag = TimeLength(seconds: 3600)
+
+    func validate() throws {
+        if let asOf, parseTime(asOf) == nil { throw ValidationError("--as-of: not an ISO 8601 date or time: \(asOf)") }
+    }
+
+    func run() async throws {
+        let logger = logging.bootstrap()
+        try await runReportingErrors(logger: logger) {
+            let connection = try await PostgresConnection.connect(try database.connectionString())
+            let now = asOf.flatMap(parseTime) ?? Date()
+            let evidence = try await EvidenceStore(connection: connection).evidence(of: account)
+            let catalog = try await ReconciliationStore(connection: connection).catalog()
+            await connection.close()
+            guard !evidence.isEmpty else {
+                FileHandle.standardError.write(Data("explain: nothing is stored about account \(account.debugDescription): no receipt, ledger row, entitlement, correction or notification\n".utf8))
+                throw ExitStatus.failed
+            }
+            let decisions = Explanation.decisions(
+                evidence, rules: EntitlementRules(catalog: catalog, sandboxPolicy: sandbox),
+                diff: EntitlementDiff(expiryLag: expiryLag.seconds), now: now)
+            let output = json ? ExplainOutput.json(evidence, decisions, now: now) : ExplainOutput.text(evidence, decisions, now: now)
+            FileHandle.standardOutput.write(Data(output.utf8))
+        }
+    }
+}
+
+/// The two layouts of an explanation.
+enum ExplainOutput {
+    static func time(_ date: Date?) -> String { date.map { Timestamp.format($0) } ?? "-" }
+
+    static func state(_ entitlement: Entitlement?) -> String {
+        guard let entitlement else { return "no row" }
+        var text = "\(entitlement.state.rawValue), \(entitlement.entitled ? "entitled" : "not entitled")"
+        if let expires = entitlement.expiresAt { text += ", expires \(time(expires))" }
+        if let grace = entitlement.gracePeriodExpiresAt { text += ", grace until \(time(grace))" }
+        if let refunded = entitlement.refundedAt { text += ", refunded \(time(refunded))" }
+        text += "  (transaction \(entitlement.latestTransactionId ?? "-"), chain \(entitlement.originalTransactionId)"
+        if let environment = entitlement.environment { text += ", \(environment)" }
+        return text + ")"
+    }
+
+    /// Columns aligned with two spaces between them; the last column is not padded.
+    static func table(_ header: [String], _ rows: [[String]], indent: String = "  ") -> String {
+        let all = [header] + rows
+        let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
+        return all.map { row in
+            indent + row.enumerated().map { index, cell in
+                index == row.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
+            }.joined(separator: "  ")
+        }.joined(separator: "\n") + "\n"
+    }
+
+    static func text(_ evidence: AccountEvidence, _ decisions: [ProductDecision], now: Date) -> String {
+        var out = "Account \(evidence.accountId), as of \(time(now))\n\n"
+        out += "Entitlements: the rules' decision from the stored evidence, beside the stored row\n"
+        if decisions.isEmpty { out += "  (no product)\n" }
+        for decision in decisions {
+            out += "  \(decision.productId)  \(decision.type.rawValue) (\(decision.typeFrom))\n"
+            out += "    decided  \(decision.type == .consumable ? "no entitlement (consumable)" : state(decision.decided))\n"
+            out += "    stored   \(state(decision.stored))\n"
+            for (index, line) in decision.why.enumerated() { out += "    \(index == 0 ? "why     " : "        ") \(line)\n" }
+            if let next = decision.nextRun {
+                let when = decision.heldByExpiryLag ? "a run after the expiry lag" : "the next run"
+                out += "    DIFFERS  \(when) would \(next.kind.rawValue): \(next.reason)\n"
+            } else {
+                out += "    agrees   the stored row is what the rules decide\n"
+            }
+        }
+        out += "\nReceipts\n"
+        out += evidence.receipts.isEmpty ? "  (none)\n" : table(
+            ["id", "environment", "last status", "outcome", "last verified", "next attempt", "attempts", "local decode"],
+            evidence.receipts.map { receipt in
+                [String(receipt.id), receipt.environment ?? "-", receipt.lastStatus.map(String.init) ?? "-", receipt.lastOutcome ?? "never run",
+                 time(receipt.lastVerifiedAt), time(receipt.nextAttemptAt), String(receipt.attempts),
+                 receipt.localBundleId.map { "\($0), \(receipt.localOriginalTransactionIds?.count ?? 0) chain(s)" } ?? "did not decode"]
+            })
+        out += "\nLedger, by product and chain, newest first\n"
+        if evidence.ledger.isEmpty { out += "  (none)\n" }
+        let chains = Dictionary(grouping: evidence.ledger) {
+            "\($0.transaction.productId), chain \($0.transaction.originalTransactionId ?? $0.transaction.transactionId)"
+        }
+        for chain in chains.keys.sorted() {
+            out += "  \(chain)\n"
+            let rows = chains[chain]!.sorted { ($0.transaction.purchaseDate ?? .distantPast) > ($1.transaction.purchaseDate ?? .distantPast) }
+            out += table(
+                ["transaction", "purchased", "expires", "cancelled", "upgraded", "ownership", "environment", "source"],
+                rows.map { row in
+                    let transaction = row.transaction
+                    let cancelled = transaction.cancellationDate.map { "\(time($0)) (reason \(transaction.cancellationReason.map(String.init) ?? "-"))" } ?? "-"
+                    return [transaction.transactionId, time(transaction.purchaseDate), time(transaction.expiresDate), cancelled,
+                            transaction.isUpgraded == true ? "yes" : "-", transaction.inAppOwnershipType ?? "-", row.environment.rawValue,
+                            row.source]
+                }, indent: "    ")
+        }
+        out += "\nRenewal state Apple last gave\n"
+        out += evidence.renewals.isEmpty ? "  (none stored)\n" : table(
+            ["chain", "product", "auto-renew", "next product", "billing retry", "grace until", "expiration intent", "environment"],
+            evidence.renewals.map { renewal in
+                let info = renewal.info
+                return [info.originalTransactionId ?? "-", info.productId ?? "-", info.autoRenewStatus.map { $0 ? "on" : "off" } ?? "-",
+                        info.autoRenewProductId ?? "-", info.isInBillingRetryPeriod.map { $0 ? "yes" : "no" } ?? "-",
+                        time(info.gracePeriodExpiresDate), info.expirationIntent.map(String.init) ?? "-", renewal.environment.rawValue]
+            })
+        out += "\nCorrections, newest first\n"
+        out += evidence.corrections.isEmpty ? "  (none)\n" : table(
+            ["run", "run started", "product", "kind", "status", "applied", "reason"],
+            evidence.corrections.map { [String($0.runId), time($0.runStartedAt), $0.productId, $0.kind, $0.status, time($0.appliedAt), $0.reason] })
+        out += "\nServer notifications, newest first\n"
+        out += evidence.notifications.isEmpty ? "  (none)\n" : table(
+            ["id", "received", "type", "outcome", "processed", "reason"],
+            evidence.notifications.map { [String($0.id), time($0.receivedAt), $0.type, $0.outcome ?? "unprocessed", time($0.processedAt), $0.reason ?? "-"] })
+        return out
+    }
+
+    static func json(_ evidence: AccountEvidence, _ decisions: [ProductDecision], now: Date) -> String {
+        func time(_ date: Date?) -> Any { date.map { Timestamp.format($0) } ?? NSNull() }
+        func value(_ value: (some Any)?) -> Any { value.map { $0 as Any } ?? NSNull() }
+        func entitlement(_ entitlement: Entitlement?) -> Any {
+            guard let entitlement else { return NSNull() }
+            return [
+                "state": entitlement.state.rawValue, "entitled": entitlement.entitled, "expires_at": time(entitlement.expiresAt),
+                "grace_period_expires_at": time(entitlement.gracePeriodExpiresAt), "refunded_at": time(entitlement.refundedAt),
+                "original_transaction_id": entitlement.originalTransactionId, "latest_transaction_id": value(entitlement.latestTransactionId),
+                "auto_renew": value(entitlement.autoRenew), "auto_renew_product_id": value(entitlement.autoRenewProductId),
+                "environment": value(entitlement.environment), "ownership_type": value(entitlement.ownershipType),
+            ] as [String: Any]
+        }
+        let object: [String: Any] = [
+            "account_id": evidence.accountId,
+            "as_of": Timestamp.format(now),
+            "decisions": decisions.map { decision in
+                [
+                    "product_id": decision.productId, "type": decision.type.rawValue, "type_from": decision.typeFrom,
+                    "decided": entitlement(decision.decided), "stored": entitlement(decision.stored), "why": decision.why,
+                    "agrees": decision.nextRun == nil, "held_by_expiry_lag": decision.heldByExpiryLag,
+                    "next_run": decision.nextRun.map { ["kind": $0.kind.rawValue, "reason": $0.reason] as Any } ?? NSNull(),
+                ] as [String: Any]
+            },
+            "receipts": evidence.receipts.map { receipt in
+                [
+                    "id": receipt.id, "environment": value(receipt.environment), "last_status": value(receipt.lastStatus),
+                    "last_outcome": value(receipt.lastOutcome), "last_verified_at": time(receipt.lastVerifiedAt),
+                    "next_attempt_at": time(receipt.nextAttemptAt), "attempts": receipt.attempts,
+                    "local_bundle_id": value(receipt.localBundleId), "local_original_transaction_ids": value(receipt.localOriginalTransactionIds),
+                ] as [String: Any]
+            },
+            "ledger": evidence.ledger.map { row in
+                let transaction = row.transaction
+                return [
+                    "transaction_id": transaction.transactionId, "original_transaction_id": value(transaction.originalTransactionId),
+                    "product_id": transaction.productId, "purchase_date": time(transaction.purchaseDate),
+                    "expires_date": time(transaction.expiresDate), "cancellation_date": time(transaction.cancellationDate),
+                    "cancellation_reason": value(transaction.cancellationReason), "is_upgraded": value(transaction.isUpgraded),
+                    "ownership_type": value(transaction.inAppOwnershipType), "environment": row.environment.rawValue, "source": row.source,
+                ] as [String: Any]
+            },
+            "renewals": evidence.renewals.map { renewal in
+                [
+                    "original_transaction_id": value(renewal.info.originalTransactionId), "product_id": value(renewal.info.productId),
+                    "auto_renew_status": value(renewal.info.autoRenewStatus), "auto_renew_product_id": value(renewal.info.autoRenewProductId),
+                    "is_in_billing_retry_period": value(renewal.info.isInBillingRetryPeriod),
+                    "grace_period_expires_date": time(renewal.info.gracePeriodExpiresDate),
+                    "expiration_intent": value(renewal.info.expirationIntent), "environment": renewal.environment.rawValue,
+                ] as [String: Any]
+            },
+            "corrections": evidence.corrections.map { correction in
+                [
+                    "run_id": correction.runId, "run_started_at": time(correction.runStartedAt), "product_id": correction.productId,
+                    "kind": correction.kind, "status": correction.status, "applied_at": time(correction.appliedAt), "reason": correction.reason,
+                ] as [String: Any]
+            },
+            "notifications": evidence.notifications.map { notification in
+                [
+                    "id": notification.id, "received_at": time(notification.receivedAt), "type": notification.type,
+                    "outcome": value(notification.outcome), "processed_at": time(notification.processedAt), "reason": value(notification.reason),
+                ] as [String: Any]
+            },
+        ]
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])) ?? Data()
+        return String(decoding: data, as: UTF8.self) + "\n"
+    }
+}

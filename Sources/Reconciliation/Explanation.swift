@@ -1,0 +1,246 @@
+import AppStoreModels
+import CivilCalendar
+import Foundation
+
+/// What the job stored about one account: the evidence `explain` shows (contract section 10).
+public struct AccountEvidence: Sendable {
+    /// One stored receipt and what the job last learned of it.
+    public struct Receipt: Sendable, Equatable {
+        public var id: Int64
+        public var environment: String?
+        public var lastStatus: Int?
+        public var lastOutcome: String?
+        public var lastVerifiedAt: Date?
+        public var nextAttemptAt: Date?
+        public var attempts: Int
+        /// From the local decode of the blob; nil when it never decoded.
+        public var localBundleId: String?
+        public var localOriginalTransactionIds: [String]?
+
+        public init(id: Int64, environment: String?, lastStatus: Int?, lastOutcome: String?, lastVerifiedAt: Date?,
+                    nextAttemptAt: Date?, attempts: Int, localBundleId: String?, localOriginalTransactionIds: [String]?) {
+            self.id = id
+            self.environment = environment
+            self.lastStatus = lastStatus
+            self.lastOutcome = lastOutcome
+            self.lastVerifiedAt = lastVerifiedAt
+            self.nextAttemptAt = nextAttemptAt
+            self.attempts = attempts
+            self.localBundleId = localBundleId
+            self.localOriginalTransactionIds = localOriginalTransactionIds
+        }
+    }
+
+    /// One ledger row.
+    public struct LedgerTransaction: Sendable, Equatable {
+        public var transaction: Transaction
+        public var environment: AppleEnvironment
+        /// Who wrote it last: `verify_receipt`, `notification_v1`, `notification_v2`, `server_api`.
+        public var source: String
+
+        public init(transaction: Transaction, environment: AppleEnvironment, source: String) {
+            self.transaction = transaction
+            self.environment = environment
+            self.source = source
+        }
+    }
+
+    /// The renewal state Apple gave for one chain at the account's last full verification.
+    public struct Renewal: Sendable, Equatable {
+        public var environment: AppleEnvironment
+        public var info: PendingRenewalInfo
+
+        public init(environment: AppleEnvironment, info: PendingRenewalInfo) {
+            self.environment = environment
+            self.info = info
+        }
+    }
+
+    /// A correction ever made to the account.
+    public struct CorrectionRecord: Sendable, Equatable {
+        public var runId: Int64
+        /// When its run started.
+        public var runStartedAt: Date?
+        public var productId: String
+        public var kind: String
+        public var reason: String
+        /// `planned`, `applied`, `superseded`...
+        public var status: String
+        public var appliedAt: Date?
+
+        public init(runId: Int64, runStartedAt: Date?, productId: String, kind: String, reason: String, status: String, appliedAt: Date?) {
+            self.runId = runId
+            self.runStartedAt = runStartedAt
+            self.productId = productId
+            self.kind = kind
+            self.reason = reason
+            self.status = status
+            self.appliedAt = appliedAt
+        }
+    }
+
+    /// A server notification matched to the account.
+    public struct NotificationRecord: Sendable, Equatable {
+        public var id: Int64
+        public var receivedAt: Date
+        public var processedAt: Date?
+        /// `v1 REFUND`, `v2 DID_RENEW/BILLING_RECOVERY`, `v2 (unverified)`.
+        public var type: String
+        public var outcome: String?
+        public var reason: String?
+
+        public init(id: Int64, receivedAt: Date, processedAt: Date?, type: String, outcome: String?, reason: String?) {
+            self.id = id
+            self.receivedAt = receivedAt
+            self.processedAt = processedAt
+            self.type = type
+            self.outcome = outcome
+            self.reason = reason
+        }
+    }
+
+    public var accountId: String
+    public var receipts: [Receipt]
+    public var ledger: [LedgerTransaction]
+    public var renewals: [Renewal]
+    public var entitlements: [Entitlement]
+    public var corrections: [CorrectionRecord]
+    public var notifications: [NotificationRecord]
+
+    public init(accountId: String, receipts: [Receipt] = [], ledger: [LedgerTransaction] = [], renewals: [Renewal] = [],
+                entitlements: [Entitlement] = [], corrections: [CorrectionRecord] = [], notifications: [NotificationRecord] = []) {
+        self.accountId = accountId
+        self.receipts = receipts
+        self.ledger = ledger
+        self.renewals = renewals
+        self.entitlements = entitlements
+        self.corrections = corrections
+        self.notifications = notifications
+    }
+
+    /// Nothing at all is stored about the account.
+    public var isEmpty: Bool {
+        receipts.isEmpty && ledger.isEmpty && entitlements.isEmpty && corrections.isEmpty && notifications.isEmpty
+    }
+
+    /// The stored evidence as the facts the rules read: the ledger and the renewal state, per
+    /// environment. Every ledger row counts as Apple's current view of its transaction.
+    public var facts: [VerifiedFacts] {
+        AppleEnvironment.allCases.compactMap { environment in
+            let transactions = ledger.filter { $0.environment == environment }.map(\.transaction)
+            let renewals = renewals.filter { $0.environment == environment }.map(\.info)
+            guard !transactions.isEmpty || !renewals.isEmpty else { return nil }
+            return VerifiedFacts(receiptId: nil, transactions: transactions, renewals: renewals, environment: environment,
+                                 source: .verifyReceipt)
+        }
+    }
+}
+
+/// One product's decision, re-made from the stored evidence by the run's own rules and diff.
+public struct ProductDecision: Sendable, Equatable {
+    public var productId: String
+    public var type: ProductType
+    /// Where the type came from: `catalog`, or the rule's guess from the transactions.
+    public var typeFrom: String
+    /// The rules' entitlement as of the explanation's time; nil for a consumable (ledger only)
+    /// or a product no stored transaction supports.
+    public var decided: Entitlement?
+    /// The stored `iap.entitlements` row.
+    public var stored: Entitlement?
+    /// Why, line by line: the transaction chosen and the rule that decided the state.
+    public var why: [String]
+    /// What the next run that verifies the account in full, with Apple saying the same, would
+    /// change (nil: the stored row already agrees).
+    public var nextRun: Correction?
+    /// The next run's revoke waits for the expiry lag.
+    public var heldByExpiryLag: Bool
+}
+
+/// Re-decides an account's entitlements from what the job stored, with the same pure rules and
+/// diff the run uses: never a second copy of the rules.
+public enum Explanation {
+    public static func decisions(_ evidence: AccountEvidence, rules: EntitlementRules, diff: EntitlementDiff, now: Date)
+        -> [ProductDecision]
+    {
+        let facts = evidence.facts
+        let union = EntitlementRules.union(facts)
+        let decided = rules.entitlements(accountId: evidence.accountId, receipts: facts, union: union, now: now)
+        let plan = diff.corrections(stored: evidence.entitlements, computed: decided, now: now,
+                                    cancellationReasons: EntitlementRules.cancellationReasons(union))
+        let products = Set(evidence.ledger.map(\.transaction.productId)).union(evidence.entitlements.map(\.productId))
+        return products.sorted().map { productId in
+            let transactions = union.filter { $0.transaction.productId == productId }
+            let considered = transactions.filter { rules.sandboxPolicy == .allow || $0.environment != .sandbox }
+            let type = rules.productType(productId, transactions: considered.isEmpty ? transactions : considered)
+            let entitlement = decided.first { $0.productId == productId }
+            let held = plan.heldRevokes.first { $0.productId == productId }
+            var why = reasons(entitlement, type: type, transactions: considered, renewals: facts.flatMap(\.renewals), now: now)
+            if considered.count < transactions.count {
+                why.append("\(transactions.count - considered.count) sandbox transaction(s) ignored (--sandbox deny)")
+            }
+            if held != nil {
+                why.append("the expiry passed less than the expiry lag (\(Int(diff.expiryLag))s) ago: the revoke waits for a later run")
+            }
+            return ProductDecision(
+                productId: productId, type: type, typeFrom: rules.catalog[productId] != nil ? "catalog" : "guessed from the transactions",
+                decided: entitlement, stored: evidence.entitlements.first { $0.productId == productId }, why: why,
+                nextRun: plan.corrections.first { $0.productId == productId } ?? held, heldByExpiryLag: held != nil)
+        }
+    }
+
+    /// The rule behind a decision, in the words of contract section 5.
+    static func reasons(_ entitlement: Entitlement?, type: ProductType, transactions: [AccountTransaction],
+                        renewals: [PendingRenewalInfo], now: Date) -> [String] {
+        func day(_ date: Date?) -> String { date.map { Timestamp.format($0) } ?? "never" }
+        guard let entitlement else {
+            if type == .consumable { return ["consumable: the ledger only, never an entitlement"] }
+            return ["no stored transaction of this product: nothing supports an entitlement"]
+        }
+        let chosen = transactions.first { $0.transaction.transactionId == entitlement.latestTransactionId }?.transaction
+        let chains = Set(transactions.map(\.originalTransactionId)).count
+        var lines: [String] = []
+        switch type {
+        case .autoRenewable:
+            lines.append("current transaction \(entitlement.latestTransactionId ?? "?"): the greatest expires_date of the product's "
+                         + "\(transactions.count) transaction(s) in \(chains) chain(s)")
+        case .nonConsumable:
+            lines.append(entitlement.state == .refunded
+                ? "every purchase was cancelled; the latest cancellation is \(entitlement.latestTransactionId ?? "?")"
+                : "purchase \(entitlement.latestTransactionId ?? "?"): the latest one that stands (not cancelled)")
+        case .nonRenewing:
+            lines.append("purchase \(entitlement.latestTransactionId ?? "?"): purchase date + the catalog's duration lasts longest")
+        case .consumable:
+            break
+        }
+        let renewal = renewals.first { $0.originalTransactionId == entitlement.originalTransactionId }
+        switch entitlement.state {
+        case .active:
+            lines.append(entitlement.expiresAt.map { "expires \(day($0)), after \(day(now)): active" } ?? "no expiry: active")
+        case .gracePeriod:
+            lines.append("expired \(day(entitlement.expiresAt)); the renewal info gives a billing grace period until "
+                         + "\(day(entitlement.gracePeriodExpiresAt)): still entitled")
+        case .billingRetry:
+            lines.append("expired \(day(entitlement.expiresAt)); Apple is still trying to bill (is_in_billing_retry_period): not entitled")
+        case .expired:
+            let renewalNote = renewal == nil ? "no renewal info is stored for chain \(entitlement.originalTransactionId)"
+                : "the renewal info gives no grace period in force and no billing retry"
+            lines.append("expired \(day(entitlement.expiresAt)); \(renewalNote)")
+        case .refunded:
+            let reason = chosen?.cancellationReason.map { " (reason \($0): \($0 == 1 ? "an issue in the app" : "another reason"))" } ?? ""
+            lines.append("cancelled \(day(entitlement.refundedAt))\(reason), not an upgrade: refunded")
+        case .upgraded:
+            lines.append("cancelled \(day(chosen?.cancellationDate)) by an upgrade (is_upgraded): the customer moved to a higher product")
+        }
+        if let renewal, entitlement.state != .refunded {
+            let autoRenew = renewal.autoRenewStatus.map { $0 ? "on" : "off" } ?? "unknown"
+            lines.append("auto-renew \(autoRenew)" + (renewal.autoRenewProductId.map { ", next product \($0)" } ?? ""))
+        }
+        if entitlement.environment == AppleEnvironment.sandbox.rawValue {
+            lines.append("granted from the sandbox (App Review and testers; --sandbox allow)")
+        }
+        if entitlement.ownershipType == "FAMILY_SHARED" {
+            lines.append("family sharing: the purchase belongs to a family member")
+        }
+        return lines
+    }
+}
