@@ -34,19 +34,7 @@ public final class SimulatorProcess: @unchecked Sendable {
             arguments += ["--signing-dir", signingDirectory.path]
         }
         process.arguments = ["simulate-apple", "--scenario", scenarioFile.path, "--port", "0", "--exit-when-stdin-closes"] + arguments
-        let output = Pipe()
-        process.standardOutput = output
-        // Never inherit the test runner's stderr: a leftover child would keep `swift test` waiting for it.
-        process.standardError = FileHandle.nullDevice
-        process.standardInput = lifeline
-        try process.run()
-        var line = Data()
-        while !line.contains(10) {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { throw TestSetupError(description: "simulate-apple exited before listening") }
-            line.append(chunk)
-        }
-        let text = String(decoding: line, as: UTF8.self)
+        let text = try startServer(process, lifeline: lifeline, name: "simulate-apple")
         guard let portText = text.split(separator: ":").last?.split(separator: "\n").first, let port = Int(portText) else {
             throw TestSetupError(description: "unexpected simulate-apple output: \(text)")
         }
@@ -81,4 +69,22 @@ public func receiptBlob(_ name: String) -> String {
 public func syntheticReceipt(_ spec: [String: Any]) -> String {
     let json = (try? JSONSerialization.data(withJSONObject: spec, options: [.sortedKeys])) ?? Data()
     return (Data("simulated-receipt:".utf8) + json).base64EncodedString()
+}
+
+/// Starts a server process whose stdin is `lifeline` (it exits when the test process ends) and
+/// returns the first line it prints (where it listens).
+func startServer(_ process: Process, lifeline: Pipe, name: String) throws -> String {
+    let output = Pipe()
+    process.standardOutput = output
+    // Never inherit the test runner's stderr: a leftover child would keep `swift test` waiting for it.
+    process.standardError = FileHandle.nullDevice
+    process.standardInput = lifeline
+    try process.run()
+    var line = Data()
+    while !line.contains(10) {
+        let chunk = output.fileHandleForReading.availableData
+        if chunk.isEmpty { throw TestSetupError(description: "\(name) exited before listening") }
+        line.append(chunk)
+    }
+    return String(decoding: line, as: UTF8.self)
 }

@@ -55,18 +55,8 @@ public final class TLSServerProcess: @unchecked Sendable {
         process = Process()
         process.executableURL = URL(filePath: "/usr/bin/env")
         process.arguments = ["python3", "-c", script, path("server.pem"), path("server.key"), address]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        process.standardInput = lifeline
-        try process.run()
-        var line = Data()
-        while !line.contains(10) {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { throw TestSetupError(description: "the TLS test server exited before listening") }
-            line.append(chunk)
-        }
-        guard let port = Int(String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) else {
+        let line = try startServer(process, lifeline: lifeline, name: "the TLS test server")
+        guard let port = Int(line.trimmingCharacters(in: .whitespacesAndNewlines)) else {
             throw TestSetupError(description: "unexpected TLS test server output")
         }
         self.port = port
