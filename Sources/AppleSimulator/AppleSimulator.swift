@@ -74,13 +74,18 @@ public final class AppleSimulator: Sendable {
 
         let receipt: SimulatedReceipt
         if decoded.starts(with: Self.syntheticPrefix.utf8) {
-            let spec = decoded.dropFirst(Self.syntheticPrefix.utf8.count)
-            guard let parsed = try? SimulatedReceipt(json: Data(spec)) else {
+            guard let parsed = try? SimulatedReceipt(json: Data(decoded.dropFirst(Self.syntheticPrefix.utf8.count))) else {
                 return .respond(status: 200, body: Self.json(["status": 21002]))
             }
             receipt = parsed
         } else if let known = scenario.receipts[normalized] {
             receipt = known
+        } else if let spec = SimulatedAppReceipt.spec(in: Array(decoded)) {
+            // A PKCS#7 receipt seed-demo signed: the spec is inside it.
+            guard let parsed = try? SimulatedReceipt(json: Data(spec)) else {
+                return .respond(status: 200, body: Self.json(["status": 21002]))
+            }
+            receipt = parsed
         } else {
             return .respond(status: 200, body: Self.json(["status": 21003, "environment": endpoint]))
         }

@@ -175,8 +175,8 @@ extension SimulatedAPIChain {
         var chains: [String: SimulatedAPIChain] = [:]
         for blob in blobs {
             // A blob that is no synthetic receipt (the demo's malformed one) has no API counterpart.
-            guard let decoded = Data(base64Encoded: blob), decoded.starts(with: AppleSimulator.syntheticPrefix.utf8) else { continue }
-            let receipt = try SimulatedReceipt(json: Data(decoded.dropFirst(AppleSimulator.syntheticPrefix.utf8.count)))
+            guard let decoded = Data(base64Encoded: blob), let spec = SimulatedAppReceipt.embeddedSpec(decoded) else { continue }
+            let receipt = try SimulatedReceipt(json: Data(spec))
             guard receipt.faults.isEmpty else { continue }  // a receipt scripted to fail is not in the API's world
             let answer = try receipt.answer(receiptData: blob, environment: receipt.environment, excludeOldTransactions: false)
             guard let object = try JSONSerialization.jsonObject(with: Data(answer)) as? [String: Any] else { continue }

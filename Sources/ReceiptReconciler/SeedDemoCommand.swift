@@ -32,6 +32,15 @@ struct SeedDemoCommand: AsyncParsableCommand {
     @Option(help: "demo (every state) or bench (subscriptions of 1-24 renewals).")
     var profile: Profile = .demo
 
+    enum ReceiptFormat: String, ExpressibleByArgument, CaseIterable {
+        case pkcs7, synthetic
+    }
+
+    @Option(help: ArgumentHelp(
+        "pkcs7: receipts shaped like Apple's (PKCS#7 signed by a demo chain, one in-app record per transaction, a few kilobytes each), so the local decode does its whole work; synthetic: the short base64 of \"simulated-receipt:\" + the spec (the old benchmark world).",
+        valueName: "format"))
+    var receiptFormat: ReceiptFormat = .pkcs7
+
     @Option(help: "Seed of the random choices, for a repeatable world.")
     var seed: UInt64 = 42
 
@@ -46,7 +55,8 @@ struct SeedDemoCommand: AsyncParsableCommand {
         guard try await !store.hasReceipts() else {
             throw ValidationError("iap.app_receipts already has rows: seed-demo only fills an empty database")
         }
-        let world = DemoWorld(profile: profile, seed: seed, now: Date())
+        var world = DemoWorld(profile: profile, seed: seed, now: Date())
+        if receiptFormat == .pkcs7 { world.signer = try SimulatedAppReceipt.Signer(chain: try SigningChain.create()) }
         try await connection.withTransaction { _ in
             try await store.copy(catalog: DemoWorld.catalog)
             var receipts: [SeedStore.Receipt] = []
@@ -80,6 +90,8 @@ struct SeedDemoCommand: AsyncParsableCommand {
 /// The sample world: deterministic for a seed, relative to `now`.
 struct DemoWorld {
     let profile: SeedDemoCommand.Profile
+    /// Signs real-shaped PKCS#7 receipts; nil writes synthetic ones.
+    var signer: SimulatedAppReceipt.Signer? = nil
     let seed: UInt64
     let now: Date
 
@@ -149,7 +161,10 @@ struct DemoWorld {
 
         func receipt(_ spec: [String: Any]) {
             let json = (try? JSONSerialization.data(withJSONObject: spec, options: [.sortedKeys])) ?? Data()
-            let blob = (Data(AppleSimulator.syntheticPrefix.utf8) + json).base64EncodedString()
+            // A real-shaped PKCS#7 receipt, or (--receipt-format synthetic) the short synthetic form.
+            let blob = signer.flatMap { try? SimulatedAppReceipt.make(specJSON: Array(json), signer: $0, creationDate: now) }
+                .map { Data($0).base64EncodedString() }
+                ?? (Data(AppleSimulator.syntheticPrefix.utf8) + json).base64EncodedString()
             account.receipts.append(SeedStore.Receipt(accountId: accountId, bundleId: "com.example.app", latestReceipt: blob))
         }
         func stored(_ product: String, _ state: String, expiresMs: Int64?, latest: String? = nil, environment: String = "Production") {
