@@ -132,7 +132,8 @@ struct AccountProcessor: Sendable {
         case .verified, .verifiedSignedData:
             update.attempts = 0
             update.verifiedAt = now
-            guard let fresh = verification.freshReceipt else { break }
+            // Apple sends the receipt it was sent back, most nights: nothing to check or store.
+            guard let fresh = verification.freshReceipt, fresh != receipt.latestReceipt else { break }
             if case .success(let compact) = ReceiptBlob.normalized(fresh, maximumBytes: options.policy.maximumReceiptBytes) {
                 if compact != withoutWhitespace(receipt.latestReceipt) {
                     update.latestReceipt = compact
