@@ -24,7 +24,7 @@ public final class AppleSimulator: Sendable {
 
     public init(
         scenario: SimulationScenario, signingChain: SigningChain? = nil, host: String = "127.0.0.1", port: Int = 0,
-        latencyMilliseconds: Int? = nil
+        latencyMilliseconds: Int? = nil, latencyP99Milliseconds: Int? = nil
     ) throws {
         self.scenario = scenario
         self.signingChain = signingChain
@@ -34,7 +34,9 @@ public final class AppleSimulator: Sendable {
             box.simulator?.handle(method: method, path: path, body: body, authorization: authorization) ?? .drop
         }
         server = try LoopbackHTTPServer(
-            host: host, port: port, latencyMilliseconds: latencyMilliseconds ?? scenario.latencyMilliseconds, handler: handler)
+            host: host, port: port,
+            latency: Latency(medianMilliseconds: latencyMilliseconds ?? scenario.latencyMilliseconds, p99Milliseconds: latencyP99Milliseconds),
+            handler: handler)
         box.simulator = self
     }
 

@@ -35,11 +35,11 @@ public final class LoopbackHTTPServer: Sendable {
     public let port: Int
     private let listener: Int32
     private let handler: Handler
-    private let latencyMilliseconds: Int
+    private let latency: Latency
     private let statistics = Locked(Statistics())
 
     /// Listens on 127.0.0.1 (`port` 0 picks a free one).
-    public init(host: String = "127.0.0.1", port: Int, latencyMilliseconds: Int = 0, handler: @escaping Handler) throws {
+    public init(host: String = "127.0.0.1", port: Int, latency: Latency = Latency(medianMilliseconds: 0), handler: @escaping Handler) throws {
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard listener >= 0 else { throw SimulatorError("socket() failed: \(String(cString: strerror(errno)))") }
         var reuse: Int32 = 1
@@ -66,7 +66,7 @@ public final class LoopbackHTTPServer: Sendable {
         self.port = Int(UInt16(bigEndian: address.sin_port))
         self.listener = listener
         self.handler = handler
-        self.latencyMilliseconds = latencyMilliseconds
+        self.latency = latency
     }
 
     public var currentStatistics: Statistics { statistics.withLock { $0 } }
@@ -139,7 +139,8 @@ public final class LoopbackHTTPServer: Sendable {
                 stats.maximumInFlight = max(stats.maximumInFlight, stats.inFlight)
             }
             defer { statistics.withLock { $0.inFlight -= 1 } }
-            if latencyMilliseconds > 0 { usleep(useconds_t(latencyMilliseconds * 1_000)) }
+            let wait = latency.sample()
+            if wait > 0 { usleep(useconds_t(wait * 1_000)) }
             switch handler(String(requestLine[0]), String(requestLine[1]), body, authorization) {
             case .respond(let status, let headers, let body):
                 guard send(connection, Self.head(status: status, headers: headers, length: body.count) + body) else { return }
@@ -190,4 +191,41 @@ public final class LoopbackHTTPServer: Sendable {
 public struct SimulatorError: Error, CustomStringConvertible {
     public var description: String
     public init(_ description: String) { self.description = description }
+}
+
+/// How long Apple takes to answer: a fixed time, or (with a tail) log-normal around a median,
+/// as real services answer: most requests near the median, one in a hundred beyond `p99`.
+public struct Latency: Sendable {
+    public var medianMilliseconds: Int
+    /// The 99th percentile; nil or the median itself: every answer takes the median.
+    public var p99Milliseconds: Int?
+
+    public init(medianMilliseconds: Int, p99Milliseconds: Int? = nil) {
+        self.medianMilliseconds = medianMilliseconds
+        self.p99Milliseconds = p99Milliseconds
+    }
+
+    /// ln(p99 / median) / z(0.99): the log-normal's sigma for that tail.
+    var sigma: Double {
+        guard let p99Milliseconds, medianMilliseconds > 0, p99Milliseconds > medianMilliseconds else { return 0 }
+        return log(Double(p99Milliseconds) / Double(medianMilliseconds)) / 2.326_348
+    }
+
+    /// The mean wait, for the throughput ceiling C / mean.
+    public var meanMilliseconds: Double { Double(medianMilliseconds) * exp(sigma * sigma / 2) }
+
+    /// One answer's wait in milliseconds (Box-Muller for the normal deviate).
+    public func sample() -> Int {
+        var generator = SystemRandomNumberGenerator()
+        return sample(using: &generator)
+    }
+
+    public func sample(using generator: inout some RandomNumberGenerator) -> Int {
+        let sigma = sigma
+        guard sigma > 0 else { return medianMilliseconds }
+        let u1 = Double.random(in: Double.ulpOfOne..<1, using: &generator)
+        let u2 = Double.random(in: 0..<1, using: &generator)
+        let z = (-2 * log(u1)).squareRoot() * cos(2 * Double.pi * u2)
+        return Int((Double(medianMilliseconds) * exp(sigma * z)).rounded())
+    }
 }

@@ -190,7 +190,13 @@ struct DemoWorld {
             // Never within two hours of now, where the expiry lag would hold a revoke back.
             var days = Double.random(in: -20...25, using: &generator)
             if abs(days) < 0.1 { days = days < 0 ? -0.1 : 0.1 }
-            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: days)]]])
+            // Apple as it is: one receipt in twenty from the sandbox (the 21007 hop), one in fifty
+            // answered first with a transient fault (retried in the run).
+            var spec: [String: Any] = ["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: days)]]]
+            let draw = Int.random(in: 0..<100, using: &generator)
+            if draw < 5 { spec["environment"] = "Sandbox" }
+            if draw >= 98 { spec["faults"] = [draw == 98 ? ["status": 21199, "is_retryable": true] : ["http": 503]] }
+            receipt(spec)
             // Half the accounts are stored as the answer says, half one period behind.
             let end = nowMs + Int64(days * 86_400_000)
             if index % 2 == 0 {

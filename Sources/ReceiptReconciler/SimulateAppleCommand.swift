@@ -45,8 +45,11 @@ struct SimulateAppleServe: ParsableCommand {
     @Option(help: "Port to listen on; 0 picks a free one.")
     var port: Int = 0
 
-    @Option(help: "Milliseconds added to every answer (overrides the scenario's latency_ms).")
+    @Option(help: "Milliseconds added to every answer (overrides the scenario's latency_ms); with --latency-p99-ms, the median.")
     var latencyMs: Int?
+
+    @Option(help: "A tail: answers take log-normal times around --latency-ms, one in a hundred longer than this.")
+    var latencyP99Ms: Int?
 
     @Option(help: "Shared secret the simulator expects (overrides the scenario's shared_secret); others get 21004.")
     var sharedSecret: String?
@@ -68,7 +71,8 @@ struct SimulateAppleServe: ParsableCommand {
             ?? FileManager.default.temporaryDirectory.appending(path: "simulate-apple-\(UUID().uuidString)")
         let chain = try SigningChain.loadOrCreate(directory: signingDirectory)
         FileHandle.standardError.write(Data("signing root: \(signingDirectory.appending(path: SigningChain.rootFileName).path)\n".utf8))
-        let simulator = try AppleSimulator(scenario: scenario, signingChain: chain, host: host, port: port, latencyMilliseconds: latencyMs)
+        let simulator = try AppleSimulator(scenario: scenario, signingChain: chain, host: host, port: port, latencyMilliseconds: latencyMs,
+                                           latencyP99Milliseconds: latencyP99Ms)
         if exitWhenStdinCloses {
             Thread.detachNewThread {
                 _ = FileHandle.standardInput.readDataToEndOfFile()

@@ -51,3 +51,18 @@ import TestSupport
         }
     }
 }
+
+/// The simulator's latency with a tail: log-normal around the median, one answer in a hundred
+/// past the 99th percentile asked for.
+@Suite struct SimulatedLatencyTests {
+    @Test func theMedianAndTheTailAreWhatWasAskedFor() {
+        let seed = FuzzSeed("theMedianAndTheTailAreWhatWasAskedFor")
+        var generator = seed.generator
+        let latency = Latency(medianMilliseconds: 50, p99Milliseconds: 200)
+        let samples = (0..<20_000).map { _ in latency.sample(using: &generator) }.sorted()
+        #expect((47...53).contains(samples[10_000]), "median \(samples[10_000]); \(seed)")
+        #expect((180...225).contains(samples[19_800]), "p99 \(samples[19_800]); \(seed)")
+        #expect(abs(Double(samples.reduce(0, +)) / 20_000 - latency.meanMilliseconds) < 2.5, "\(seed)")
+        #expect(Latency(medianMilliseconds: 50).sample(using: &generator) == 50)
+    }
+}

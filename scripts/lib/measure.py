@@ -4,7 +4,7 @@ Client CPU and peak RSS come from getrusage of the child; the simulator's CPU fr
 PostgreSQL CPU from the postmaster's own and its children's times (reaped backends included)
 plus the backends still alive.
 """
-import argparse, json, os, resource, subprocess, sys, time, urllib.request
+import argparse, json, math, os, resource, subprocess, sys, time, urllib.request
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -40,6 +40,7 @@ def main():
     parser.add_argument("--accounts", type=int)
     parser.add_argument("--concurrency", type=int)
     parser.add_argument("--latency-ms", type=float)
+    parser.add_argument("--tail", type=float, default=1)
     parser.add_argument("--port", type=int)
     parser.add_argument("--database-url")
     parser.add_argument("--night", default="1")
@@ -77,7 +78,10 @@ def main():
     if check != f"{args.accounts}/{args.accounts}":
         sys.exit(f"wrong entitlements after the run: {check} right")
     rate = args.accounts / wall
-    ceiling = args.concurrency / (args.latency_ms / 1000)
+    # The ceiling is C over the mean answer time: with a tail (log-normal, p99 = tail x median)
+    # the mean is the median x exp(sigma^2 / 2).
+    sigma = math.log(args.tail) / 2.326348 if args.tail > 1 else 0
+    ceiling = args.concurrency / (args.latency_ms * math.exp(sigma * sigma / 2) / 1000)
     client_cpu = usage.ru_utime + usage.ru_stime
     print(f"| {args.accounts:,} | {args.concurrency} | {args.night} | {wall:.1f} | {rate:,.0f} | {rate / ceiling:.2f} | "
           f"{client_cpu * 1000 / args.accounts:.3f} | {usage.ru_maxrss / 1024:.0f} | {requests:,} | {simulator:.1f} | "
