@@ -2,6 +2,8 @@
 # script exits. Source this file, then call `start_throwaway_postgres DIR`; it exports PGPORT,
 # RR_PG_ADMIN_URL (key/value connection string of the `postgres` database) and RR_PG_BIN.
 # initdb refuses root, so as root the cluster runs as the `postgres` user.
+# Durability is off (fsync, synchronous_commit, full_page_writes) for the tests' speed, unless
+# RR_PG_DURABLE=1 (the benchmark): then PostgreSQL's defaults, what a production server runs with.
 
 find_postgres_bin() {
     local candidate
@@ -30,8 +32,10 @@ start_throwaway_postgres() {
     as_cluster_owner "$RR_PG_BIN/initdb" -D "$RR_PG_DATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 \
         || { cat "$dir/initdb.log" >&2; return 1; }
     PGPORT=$(free_port)
+    local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    [ "${RR_PG_DURABLE:-0}" = 1 ] && durability="-c fsync=on -c synchronous_commit=on -c full_page_writes=on"
     as_cluster_owner "$RR_PG_BIN/pg_ctl" -D "$RR_PG_DATA" -l "$dir/server.log" -w -t 60 start \
-        -o "-c listen_addresses=127.0.0.1 -p $PGPORT -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+        -o "-c listen_addresses=127.0.0.1 -p $PGPORT -k $dir $durability -c max_connections=300" \
         >/dev/null || { cat "$dir/server.log" >&2; return 1; }
     export PGPORT RR_PG_DATA
     export RR_PG_ADMIN_URL="host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres"
