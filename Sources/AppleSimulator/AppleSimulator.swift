@@ -18,6 +18,8 @@ public final class AppleSimulator: Sendable {
     let signingChain: SigningChain?
     let attempts = Locked([String: Int]())
     private let verifyRequests = Locked(0)
+    /// The benchmark's night (`POST /__night/N`): specs answer with their `night2` changes from 2 on.
+    private let night = Locked(1)
     private let server: LoopbackHTTPServer
 
     public var port: Int { server.port }
@@ -53,6 +55,12 @@ public final class AppleSimulator: Sendable {
                 "max_open_connections": stats.maximumOpenConnections, "max_in_flight": stats.maximumInFlight,
             ]))
         }
+        if method == "POST", path.hasPrefix("/__night/"), let number = Int(path.dropFirst("/__night/".count)) {
+            night.withLock { $0 = number }
+            // A new first night starts over: scripted faults strike again.
+            if number == 1 { attempts.withLock { $0.removeAll() } }
+            return .respond(status: 200, body: Self.json(["night": number]))
+        }
         if path.hasPrefix("/inApps/") || path.hasPrefix("/sandbox/inApps/") {
             verifyRequests.withLock { $0 += 1 }
             return handleServerAPI(method: method, target: path, authorization: authorization)
@@ -76,7 +84,7 @@ public final class AppleSimulator: Sendable {
 
         let receipt: SimulatedReceipt
         if decoded.starts(with: Self.syntheticPrefix.utf8) {
-            guard let parsed = try? SimulatedReceipt(json: Data(decoded.dropFirst(Self.syntheticPrefix.utf8.count))) else {
+            guard let parsed = try? SimulatedReceipt(json: Data(decoded.dropFirst(Self.syntheticPrefix.utf8.count)), night: night.withLock { $0 }) else {
                 return .respond(status: 200, body: Self.json(["status": 21002]))
             }
             receipt = parsed
@@ -84,7 +92,7 @@ public final class AppleSimulator: Sendable {
             receipt = known
         } else if let spec = SimulatedAppReceipt.spec(in: Array(decoded)) {
             // A PKCS#7 receipt seed-demo signed: the spec is inside it.
-            guard let parsed = try? SimulatedReceipt(json: Data(spec)) else {
+            guard let parsed = try? SimulatedReceipt(json: Data(spec), night: night.withLock { $0 }) else {
                 return .respond(status: 200, body: Self.json(["status": 21002]))
             }
             receipt = parsed

@@ -109,10 +109,13 @@ public struct SimulatedReceipt: Sendable {
     var generation: AnswerGeneration?
 
     /// Parses a synthetic receipt's embedded spec.
-    init(json: Data) throws {
-        guard let spec = try JSONSerialization.jsonObject(with: json) as? [String: Any] else {
+    /// From the second night on (`POST /__night/2`), a spec's `night2` members replace its own:
+    /// the benchmark's accounts renewed or refunded between two nights.
+    init(json: Data, night: Int = 1) throws {
+        guard var spec = try JSONSerialization.jsonObject(with: json) as? [String: Any] else {
             throw SimulatorError("a synthetic receipt's spec must be a JSON object")
         }
+        if night >= 2, let changes = spec["night2"] as? [String: Any] { spec.merge(changes) { $1 } }
         try self.init(spec: spec, baseDirectory: nil)
     }
 

@@ -1,5 +1,6 @@
 import AppleSimulator
 import ArgumentParser
+import CivilCalendar
 import Foundation
 import Hashing
 import Postgres
@@ -49,6 +50,11 @@ struct SeedDemoCommand: AsyncParsableCommand {
         valueName: "file"))
     var apiScenario: String?
 
+    @Option(help: ArgumentHelp(
+        "The bench profile: write the state and expiry each account must have after each night, as CSV (account_id,night,state,expires_at), for the benchmark's check.",
+        valueName: "file"))
+    var expectations: String?
+
     func run() async throws {
         let connection = try await PostgresConnection.connect(try database.connectionString())
         let store = SeedStore(connection: connection)
@@ -61,8 +67,13 @@ struct SeedDemoCommand: AsyncParsableCommand {
             try await store.copy(catalog: DemoWorld.catalog)
             var receipts: [SeedStore.Receipt] = []
             var entitlements: [Entitlement] = []
+            var expected = ""
             for index in 0..<accounts {
                 let account = world.account(index)
+                for (night, value) in account.expected.enumerated() {
+                    expected += "acct-\(String(format: "%07d", index)),\(night + 1),\(value.state),"
+                        + Timestamp.format(Date(timeIntervalSince1970: Double(value.expiresMs) / 1000)) + "\n"
+                }
                 receipts += account.receipts
                 entitlements += account.entitlements
                 if receipts.count >= 10_000 {
@@ -76,6 +87,7 @@ struct SeedDemoCommand: AsyncParsableCommand {
             }
             try await store.copy(receipts: receipts)
             try await store.copy(entitlements: entitlements, updatedAt: world.now)
+            if let expectations { try expected.write(toFile: expectations, atomically: true, encoding: .utf8) }
             if let apiScenario { try world.writeAPIScenario(accounts: accounts, to: URL(filePath: apiScenario)) }
             if profile == .demo && accounts > DemoWorld.schedule.count {
                 let secret = ProcessInfo.processInfo.environment["APPLE_SHARED_SECRET"] ?? "demo-shared-secret"
@@ -109,6 +121,9 @@ struct DemoWorld {
     struct Account {
         var receipts: [SeedStore.Receipt] = []
         var entitlements: [Entitlement] = []
+        /// The bench profile: the entitlement's state and expiry (ms) the runs must reach, after
+        /// night 1 and after night 2.
+        var expected: [(state: String, expiresMs: Int64)] = []
     }
 
     /// The states of the demo profile, one per account in turn.
@@ -192,13 +207,30 @@ struct DemoWorld {
             if abs(days) < 0.1 { days = days < 0 ? -0.1 : 0.1 }
             // Apple as it is: one receipt in twenty from the sandbox (the 21007 hop), one in fifty
             // answered first with a transient fault (retried in the run).
-            var spec: [String: Any] = ["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: days)]]]
+            let current = subscription(renewals: renewals, endingInDays: days)
+            var spec: [String: Any] = ["generate": ["subscriptions": [current]]]
             let draw = Int.random(in: 0..<100, using: &generator)
             if draw < 5 { spec["environment"] = "Sandbox" }
             if draw >= 98 { spec["faults"] = [draw == 98 ? ["status": 21199, "is_retryable": true] : ["http": 503]] }
+            // Night 2 is a real second night: since night 1 one account in ten renewed, one in
+            // fifty was refunded (the simulator answers so after `POST /__night/2`).
+            let end = nowMs + Int64(days * 86_400_000)
+            let night1 = (end > nowMs ? "active" : "expired", end)
+            var night2 = night1
+            let change = Int.random(in: 0..<100, using: &generator)
+            if change < 10 {
+                spec["night2"] = ["generate": ["subscriptions": [subscription(renewals: renewals + 1, endingInDays: days + 30)]]]
+                let renewedEnd = nowMs + Int64((days + 30) * 86_400_000)  // as `subscription` computes it
+                night2 = (renewedEnd > nowMs ? "active" : "expired", renewedEnd)
+            } else if change < 12 {
+                var refunded = current
+                refunded["cancel"] = ["at_ms": nowMs - 3_600_000, "reason": 0]
+                spec["night2"] = ["generate": ["subscriptions": [refunded]]]
+                night2 = ("refunded", end)
+            }
+            account.expected = [night1, night2]
             receipt(spec)
             // Half the accounts are stored as the answer says, half one period behind.
-            let end = nowMs + Int64(days * 86_400_000)
             if index % 2 == 0 {
                 stored("pro.monthly", end > nowMs ? "active" : "expired", expiresMs: end, latest: renewalId(renewals))
             } else {

@@ -69,11 +69,14 @@ def main():
         sys.stderr.write(completed.stdout + completed.stderr)
         sys.exit(f"the run failed with status {completed.returncode}")
 
-    # Every account's entitlement must match its answer: one row per account, entitled exactly when
-    # its expiry is ahead (the bench world keeps expiries out of the expiry lag's hour).
+    # Every account's entitlement must be what the world says after this night: its state and its
+    # expiry, and entitled exactly for the states that grant (the bench world keeps expiries out of
+    # the expiry lag's hour).
     check = subprocess.run(
         ["psql", "-At", args.database_url, "-c",
-         "SELECT count(*) FILTER (WHERE entitled = (expires_at > now())) || '/' || count(*) FROM iap.entitlements"],
+         "SELECT count(*) FILTER (WHERE x.state = e.state AND x.expires_at = e.expires_at"
+         " AND x.entitled = (e.state = 'active')) || '/' || count(*)"
+         f" FROM bench_expected e LEFT JOIN iap.entitlements x ON x.account_id = e.account_id WHERE e.night = {int(args.night)}"],
         stdout=subprocess.PIPE, text=True).stdout.strip()
     if check != f"{args.accounts}/{args.accounts}":
         sys.exit(f"wrong entitlements after the run: {check} right")
