@@ -132,10 +132,13 @@ import TestSupport
         let now = Date()
         try await RunWorld.with("sigkill", now: now) { killed in
             try await RunWorld.with("calm", now: now) { calm in
-                // About ten seconds a run (27 accounts/s), so each kill lands mid-run even on a slow, sanitized build.
+                // About 23 seconds a whole run (2 in flight, 150 ms each: 13 accounts/s). Each kill
+                // comes once a run has committed 20 accounts, and must land while it still has 260
+                // to go, even on a loaded, sanitized machine: with 4 in flight a run under the full
+                // suite once finished before its kill arrived, and then proved nothing.
                 try await Self.populate(killed, count: 300, latencyFault: 150)
                 try await Self.populate(calm, count: 300)
-                let arguments = ["run", "--concurrency", "4", "--batch-size", "7", "--report-dir", killed.reportRoot.path]
+                let arguments = ["run", "--concurrency", "2", "--batch-size", "7", "--report-dir", killed.reportRoot.path]
                 for round in 1...2 {
                     try await Self.killOnceCommitted(try CLIProcess(arguments, environment: Self.environment(killed)), world: killed, run: round)
                 }
