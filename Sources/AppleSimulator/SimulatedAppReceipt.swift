@@ -61,13 +61,7 @@ public enum SimulatedAppReceipt {
     static func payload(bundleId: String, environment: String, inApp: [Transaction], creationDate: Date, specJSON: [UInt8]) throws -> [UInt8] {
         var serializer = DER.Serializer()
         try serializer.appendConstructedNode(identifier: .set) { set in
-            func attribute(_ type: Int, _ value: [UInt8]) throws {
-                try set.appendConstructedNode(identifier: .sequence) { sequence in
-                    try sequence.serialize(type)
-                    try sequence.serialize(1)
-                    try sequence.serialize(ASN1OctetString(contentBytes: value[...]))
-                }
-            }
+            func attribute(_ type: Int, _ value: [UInt8]) throws { try append(type, value, to: &set) }
             try attribute(0, try der(ASN1UTF8String(environment == "Sandbox" ? "ProductionSandbox" : "Production")))
             try attribute(1, try der(1_234_567_890))
             try attribute(2, try der(ASN1UTF8String(bundleId)))
@@ -87,13 +81,7 @@ public enum SimulatedAppReceipt {
     static func record(_ transaction: Transaction) throws -> [UInt8] {
         var serializer = DER.Serializer()
         try serializer.appendConstructedNode(identifier: .set) { set in
-            func attribute(_ type: Int, _ value: [UInt8]) throws {
-                try set.appendConstructedNode(identifier: .sequence) { sequence in
-                    try sequence.serialize(type)
-                    try sequence.serialize(1)
-                    try sequence.serialize(ASN1OctetString(contentBytes: value[...]))
-                }
-            }
+            func attribute(_ type: Int, _ value: [UInt8]) throws { try append(type, value, to: &set) }
             func date(_ value: Date?) throws -> [UInt8] { try der(ASN1IA5String(value.map(receiptDate) ?? "")) }
             try attribute(1701, try der(transaction.quantity ?? 1))
             try attribute(1702, try der(ASN1UTF8String(transaction.productId)))
@@ -110,6 +98,15 @@ public enum SimulatedAppReceipt {
             try attribute(1721, try der(ASN1UTF8String(transaction.promotionalOfferId ?? "")))
         }
         return serializer.serializedBytes
+    }
+
+    /// One receipt attribute: `SEQUENCE { type INTEGER, version INTEGER (1), value OCTET STRING }`.
+    static func append(_ type: Int, _ value: [UInt8], to set: inout DER.Serializer) throws {
+        try set.appendConstructedNode(identifier: .sequence) { sequence in
+            try sequence.serialize(type)
+            try sequence.serialize(1)
+            try sequence.serialize(ASN1OctetString(contentBytes: value[...]))
+        }
     }
 
     static func der(_ value: some DERSerializable) throws -> [UInt8] {
