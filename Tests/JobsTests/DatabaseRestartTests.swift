@@ -24,7 +24,10 @@ import TestSupport
             let slowed: [[PostgresBind]] = try receipts.map { row in
                 let blob: String = try row.decode("latest_receipt")
                 var spec = try JSONSerialization.jsonObject(with: Data(Data(base64Encoded: blob)!.dropFirst("simulated-receipt:".utf8.count))) as! [String: Any]
-                spec["faults"] = [["delay_ms": 50]]
+                // 150 ms an answer, 2 in flight: about 15 s for the 200, so the restart (which
+                // comes once 20 are committed) lands with most of the run still to go, even on a
+                // loaded, sanitized machine (at 50 ms and 4 in flight a run once finished first).
+                spec["faults"] = [["delay_ms": 150]]
                 spec["repeat_faults"] = true
                 return [PostgresBind(try row.decode("account_id", as: String.self)), PostgresBind(syntheticReceipt(spec))]
             }
@@ -33,7 +36,7 @@ import TestSupport
 
             var environment = OperationsTests.environment(calm)
             environment["DATABASE_URL"] = url
-            let arguments = ["run", "--concurrency", "4", "--batch-size", "10", "--report-dir", calm.reportRoot.appending(path: "restart").path]
+            let arguments = ["run", "--concurrency", "2", "--batch-size", "10", "--report-dir", calm.reportRoot.appending(path: "restart").path]
             let cli = try CLIProcess(arguments, environment: environment)
             // Restart once the run has committed batches of its own and is still writing: the
             // proof that the restart cut a run in the middle, not before it began or after it ended.
