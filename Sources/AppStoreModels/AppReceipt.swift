@@ -89,6 +89,18 @@ public enum ReceiptDecoder {
     static let dataOID: [UInt8] = [0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x07, 0x01]
 
     static func decodePKCS7(_ bytes: [UInt8]) throws -> AppReceipt {
+        try decodePayload(try payload(ofPKCS7: bytes))
+    }
+
+    /// The raw value of the first payload attribute of `type` in a PKCS#7 app receipt (DER or
+    /// BER): for attribute types this decoder does not read, such as the simulator's own. Nil
+    /// when the receipt has none.
+    public static func attribute(_ type: Int64, inPKCS7 bytes: [UInt8]) throws -> [UInt8]? {
+        try attributes(try payload(ofPKCS7: bytes)).first { $0.0 == type }?.1
+    }
+
+    /// The receipt payload inside the PKCS#7 container: SignedData's encapsulated content.
+    static func payload(ofPKCS7 bytes: [UInt8]) throws -> [UInt8] {
         let root = try BER.parse(bytes)
         let contentInfo = try children(root, expecting: .sequence, what: "ContentInfo")
         guard contentInfo.count >= 2, try objectIdentifier(contentInfo[0]) == signedDataOID else {
@@ -100,8 +112,7 @@ public enum ReceiptDecoder {
         guard encapsulated.count >= 2, try objectIdentifier(encapsulated[0]) == dataOID else {
             throw ReceiptDecodingError("the signed content is not data: no receipt payload")
         }
-        let payload = try octets(try explicit(encapsulated[1]))
-        return try decodePayload(payload)
+        return try octets(try explicit(encapsulated[1]))
     }
 
     /// The payload: a SET of SEQUENCE { type INTEGER, version INTEGER, value OCTET STRING }.

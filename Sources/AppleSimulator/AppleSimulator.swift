@@ -83,15 +83,9 @@ public final class AppleSimulator: Sendable {
         }
 
         let receipt: SimulatedReceipt
-        if decoded.starts(with: Self.syntheticPrefix.utf8) {
-            guard let parsed = try? SimulatedReceipt(json: Data(decoded.dropFirst(Self.syntheticPrefix.utf8.count)), night: night.withLock { $0 }) else {
-                return .respond(status: 200, body: Self.json(["status": 21002]))
-            }
-            receipt = parsed
-        } else if let known = scenario.receipts[normalized] {
-            receipt = known
-        } else if let spec = SimulatedAppReceipt.spec(in: Array(decoded)) {
-            // A PKCS#7 receipt seed-demo signed: the spec is inside it.
+        if !decoded.starts(with: Self.syntheticPrefix.utf8), let known = scenario.receipts[normalized] {
+            receipt = known  // named by the scenario (a `simulated-receipt:` blob always answers from its own spec)
+        } else if let spec = SimulatedAppReceipt.embeddedSpec(decoded) {
             guard let parsed = try? SimulatedReceipt(json: Data(spec), night: night.withLock { $0 }) else {
                 return .respond(status: 200, body: Self.json(["status": 21002]))
             }

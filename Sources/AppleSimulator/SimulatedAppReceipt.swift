@@ -54,8 +54,8 @@ public enum SimulatedAppReceipt {
 
     /// The spec inside a receipt `make` built; nil for any other bytes.
     public static func spec(in der: [UInt8]) -> [UInt8]? {
-        guard der.first == 0x30, let receiptPayload = try? ReceiptPayload.encapsulatedContent(der) else { return nil }
-        return try? ReceiptPayload.attribute(specAttributeType, in: receiptPayload)
+        guard der.first == 0x30 else { return nil }
+        return try? ReceiptDecoder.attribute(Int64(specAttributeType), inPKCS7: der)
     }
 
     static func payload(bundleId: String, environment: String, inApp: [Transaction], creationDate: Date, specJSON: [UInt8]) throws -> [UInt8] {
@@ -115,53 +115,8 @@ public enum SimulatedAppReceipt {
         return serializer.serializedBytes
     }
 
-    static func der(_ value: Int) throws -> [UInt8] {
-        var serializer = DER.Serializer()
-        try serializer.serialize(value)
-        return serializer.serializedBytes
-    }
-
     /// `2026-11-23T16:00:00Z`, as App Store receipts write dates.
     static func receiptDate(_ date: Date) -> String {
         String(Timestamp.format(date).prefix(19)) + "Z"
-    }
-}
-
-/// The few steps of a PKCS#7 receipt the simulator walks to find its spec.
-enum ReceiptPayload {
-    static func encapsulatedContent(_ der: [UInt8]) throws -> [UInt8] {
-        let root = try DER.parse(der)
-        guard case .constructed(let contentInfo) = root.content else { throw SimulatorError("not a ContentInfo") }
-        var parts = contentInfo.makeIterator()
-        _ = parts.next()
-        guard let explicitSignedData = parts.next(), case .constructed(let wrapper) = explicitSignedData.content,
-              let signedData = wrapper.first(where: { _ in true }), case .constructed(let fields) = signedData.content
-        else { throw SimulatorError("no SignedData") }
-        var signedFields = fields.makeIterator()
-        _ = signedFields.next()  // version
-        _ = signedFields.next()  // digest algorithms
-        guard let encapsulated = signedFields.next(), case .constructed(let encapsulatedFields) = encapsulated.content else {
-            throw SimulatorError("no encapsulated content")
-        }
-        var contentFields = encapsulatedFields.makeIterator()
-        _ = contentFields.next()  // content type
-        guard let explicitContent = contentFields.next(), case .constructed(let contentWrapper) = explicitContent.content,
-              let octets = contentWrapper.first(where: { _ in true })
-        else { throw SimulatorError("no content") }
-        return Array(try ASN1OctetString(derEncoded: octets).bytes)
-    }
-
-    static func attribute(_ type: Int, in payload: [UInt8]) throws -> [UInt8]? {
-        let set = try DER.parse(payload)
-        guard case .constructed(let attributes) = set.content else { return nil }
-        for attribute in attributes {
-            guard case .constructed(let fields) = attribute.content else { continue }
-            var iterator = fields.makeIterator()
-            guard let typeNode = iterator.next(), (try? Int(derEncoded: typeNode)) == type else { continue }
-            _ = iterator.next()
-            guard let value = iterator.next() else { return nil }
-            return Array(try ASN1OctetString(derEncoded: value).bytes)
-        }
-        return nil
     }
 }

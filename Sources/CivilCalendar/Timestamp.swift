@@ -181,6 +181,11 @@ extension Duration {
     public var timeInterval: TimeInterval {
         Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
+
+    /// In whole milliseconds (the rest dropped), for arithmetic on millisecond clocks.
+    public var wholeMilliseconds: Int64 {
+        components.seconds * 1_000 + components.attoseconds / 1_000_000_000_000_000
+    }
 }
 
 extension Date {

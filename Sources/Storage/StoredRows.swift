@@ -203,7 +203,7 @@ public struct LedgerRefresh: Sendable, Equatable {
     /// The account's window at `now`; nil when every run rewrites. Two instants `interval` or
     /// more apart always fall in different windows.
     public func window(accountId: String, at now: Date) -> Int64? {
-        let length = interval.components.seconds * 1000 + interval.components.attoseconds / 1_000_000_000_000_000
+        let length = interval.wholeMilliseconds
         guard length > 0 else { return nil }
         var hash = FNV1a()
         hash.combine(accountId)
