@@ -69,9 +69,9 @@ struct SeedDemoCommand: AsyncParsableCommand {
             var entitlements: [Entitlement] = []
             var expected = ""
             for index in 0..<accounts {
-                let account = world.account(index)
+                let account = try world.account(index)
                 for (night, value) in account.expected.enumerated() {
-                    expected += "acct-\(String(format: "%07d", index)),\(night + 1),\(value.state),"
+                    expected += "\(account.accountId),\(night + 1),\(value.state),"
                         + Timestamp.format(Date(timeIntervalSince1970: Double(value.expiresMs) / 1000)) + "\n"
                 }
                 receipts += account.receipts
@@ -119,6 +119,7 @@ struct DemoWorld {
     ]
 
     struct Account {
+        var accountId: String
         var receipts: [SeedStore.Receipt] = []
         var entitlements: [Entitlement] = []
         /// The bench profile: the entitlement's state and expiry (ms) the runs must reach, after
@@ -167,18 +168,18 @@ struct DemoWorld {
         ]
     }
 
-    func account(_ index: Int) -> Account {
+    func account(_ index: Int) throws -> Account {
         var generator = SplitMix64(seed: seed &+ UInt64(index) &* 0x9E37_79B9_7F4A_7C15)
         let accountId = String(format: "acct-%07d", index)
         let original = String(2_000_000_000_000 + index * 1000)
         let nowMs = Int64(now.timeIntervalSince1970 * 1000)
-        var account = Account()
+        var account = Account(accountId: accountId)
 
-        func receipt(_ spec: [String: Any]) {
-            let json = (try? JSONSerialization.data(withJSONObject: spec, options: [.sortedKeys])) ?? Data()
-            // A real-shaped PKCS#7 receipt, or (--receipt-format synthetic) the short synthetic form.
-            let blob = signer.flatMap { try? SimulatedAppReceipt.make(specJSON: Array(json), signer: $0, creationDate: now) }
-                .map { Data($0).base64EncodedString() }
+        func receipt(_ spec: [String: Any]) throws {
+            let json = try JSONSerialization.data(withJSONObject: spec, options: [.sortedKeys])
+            // A real-shaped PKCS#7 receipt, or (--receipt-format synthetic) the short synthetic form;
+            // a receipt that cannot be signed stops the seeding, never turns into the other form.
+            let blob = try signer.map { Data(try SimulatedAppReceipt.make(specJSON: Array(json), signer: $0, creationDate: now)).base64EncodedString() }
                 ?? (Data(AppleSimulator.syntheticPrefix.utf8) + json).base64EncodedString()
             account.receipts.append(SeedStore.Receipt(accountId: accountId, bundleId: "com.example.app", latestReceipt: blob))
         }
@@ -229,7 +230,7 @@ struct DemoWorld {
                 night2 = ("refunded", end)
             }
             account.expected = [night1, night2]
-            receipt(spec)
+            try receipt(spec)
             // Half the accounts are stored as the answer says, half one period behind.
             if index % 2 == 0 {
                 stored("pro.monthly", end > nowMs ? "active" : "expired", expiresMs: end, latest: renewalId(renewals))
@@ -243,19 +244,19 @@ struct DemoWorld {
         let renewals = Int.random(in: 1...12, using: &generator)
         switch kind {
         case .renewedStoredStale:
-            receipt(["generate": ["subscriptions": [subscription(renewals: renewals + 1, endingInDays: 20)]]])
+            try receipt(["generate": ["subscriptions": [subscription(renewals: renewals + 1, endingInDays: 20)]]])
             stored("pro.monthly", "active", expiresMs: nowMs + 20 * 86_400_000 - Self.monthMs)
         case .unchanged, .unchangedYearly:
             let product = kind == .unchanged ? "pro.monthly" : "pro.yearly"
-            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 12, product: product)]]])
+            try receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 12, product: product)]]])
             stored(product, "active", expiresMs: nowMs + 12 * 86_400_000, latest: renewalId(renewals))
         case .newPurchase:
-            receipt(["generate": ["subscriptions": [subscription(renewals: 1, endingInDays: 29)]]])
+            try receipt(["generate": ["subscriptions": [subscription(renewals: 1, endingInDays: 29)]]])
         case .expiredStoredActive:
-            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: -3, extra: ["auto_renew": false, "expiration_intent": 1])]]])
+            try receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: -3, extra: ["auto_renew": false, "expiration_intent": 1])]]])
             stored("pro.monthly", "active", expiresMs: nowMs - 3 * 86_400_000 + Self.monthMs)
         case .refunded:
-            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 15, extra: [
+            try receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 15, extra: [
                 "cancel": ["at_ms": nowMs - 2 * 86_400_000, "reason": 1], "auto_renew": false,
             ])]]])
             stored("pro.monthly", "active", expiresMs: nowMs + 15 * 86_400_000, latest: renewalId(renewals))
@@ -267,50 +268,50 @@ struct DemoWorld {
             yearly["original_transaction_id"] = original + "9"
             yearly["period_ms"] = 365 * 86_400_000
             yearly["start_ms"] = nowMs - 86_400_000
-            receipt(["generate": ["subscriptions": [monthly, yearly]]])
+            try receipt(["generate": ["subscriptions": [monthly, yearly]]])
             stored("pro.monthly", "active", expiresMs: nowMs + 10 * 86_400_000, latest: renewalId(renewals))
         case .gracePeriod:
-            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: -1, extra: [
+            try receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: -1, extra: [
                 "grace_until_ms": nowMs + 5 * 86_400_000, "billing_retry": true, "expiration_intent": 2,
             ])]]])
             stored("pro.monthly", "active", expiresMs: nowMs - 86_400_000, latest: renewalId(renewals))
         case .billingRetry:
-            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: -10, extra: [
+            try receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: -10, extra: [
                 "billing_retry": true, "expiration_intent": 2,
             ])]]])
             stored("pro.monthly", "billing_retry", expiresMs: nowMs - 40 * 86_400_000)
         case .familyShared:
-            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 8, extra: ["ownership": "FAMILY_SHARED"])]]])
+            try receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 8, extra: ["ownership": "FAMILY_SHARED"])]]])
         case .lifetime:
-            receipt(["generate": ["purchases": [["product_id": "lifetime", "transaction_id": original, "purchase_ms": nowMs - 400 * 86_400_000]]]])
+            try receipt(["generate": ["purchases": [["product_id": "lifetime", "transaction_id": original, "purchase_ms": nowMs - 400 * 86_400_000]]]])
             stored("lifetime", "active", expiresMs: nil)
         case .consumables:
-            receipt(["generate": ["purchases": [
+            try receipt(["generate": ["purchases": [
                 ["product_id": "coins.100", "transaction_id": original, "purchase_ms": nowMs - 5 * 86_400_000],
                 ["product_id": "coins.100", "transaction_id": original + "1", "purchase_ms": nowMs - 86_400_000, "quantity": 3],
             ]]])
         case .seasonPass:
-            receipt(["generate": ["purchases": [["product_id": "season.pass", "transaction_id": original, "purchase_ms": nowMs - 10 * 86_400_000]]]])
+            try receipt(["generate": ["purchases": [["product_id": "season.pass", "transaction_id": original, "purchase_ms": nowMs - 10 * 86_400_000]]]])
         case .sandbox:
-            receipt(["environment": "Sandbox", "generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 2)]]])
+            try receipt(["environment": "Sandbox", "generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 2)]]])
         case .appleBusy:
-            receipt(["faults": [["status": 21199, "is_retryable": true]], "repeat_faults": true,
+            try receipt(["faults": [["status": 21199, "is_retryable": true]], "repeat_faults": true,
                      "generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 20)]]])
             stored("pro.monthly", "active", expiresMs: nowMs + 20 * 86_400_000 - Self.monthMs)
         case .appleFailure:
-            receipt(["faults": [["status": 21010, "is_retryable": false]], "repeat_faults": true])
+            try receipt(["faults": [["status": 21010, "is_retryable": false]], "repeat_faults": true])
             stored("pro.monthly", "active", expiresMs: nowMs + 5 * 86_400_000)
         case .malformedBlob:
             account.receipts.append(SeedStore.Receipt(accountId: accountId, bundleId: "com.example.app", latestReceipt: "not a receipt!"))
             stored("lifetime", "active", expiresMs: nil)
         case .twoReceipts:
-            receipt(["generate": ["purchases": [["product_id": "lifetime", "transaction_id": original, "purchase_ms": nowMs - 90 * 86_400_000]]]])
-            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 6)]]])
+            try receipt(["generate": ["purchases": [["product_id": "lifetime", "transaction_id": original, "purchase_ms": nowMs - 90 * 86_400_000]]]])
+            try receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 6)]]])
         case .renewedAgain:
-            receipt(["generate": ["subscriptions": [subscription(renewals: renewals + 1, endingInDays: 27)]]])
+            try receipt(["generate": ["subscriptions": [subscription(renewals: renewals + 1, endingInDays: 27)]]])
             stored("pro.monthly", "expired", expiresMs: nowMs - 3 * 86_400_000)
         case .autoRenewOff:
-            receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 9, extra: ["auto_renew": false])]]])
+            try receipt(["generate": ["subscriptions": [subscription(renewals: renewals, endingInDays: 9, extra: ["auto_renew": false])]]])
             stored("pro.monthly", "active", expiresMs: nowMs + 9 * 86_400_000, latest: renewalId(renewals))
         }
         return account
@@ -321,7 +322,7 @@ extension DemoWorld {
     /// The Server API's view of the same accounts (`simulate-apple --scenario`): every synthetic
     /// receipt, and two deliberate disagreements, on the renewed and the auto-renew-off accounts.
     func writeAPIScenario(accounts: Int, to url: URL) throws {
-        let blobs = (0..<accounts).flatMap { account($0).receipts.map(\.latestReceipt) }
+        let blobs = try (0..<accounts).flatMap { try account($0).receipts.map(\.latestReceipt) }
         func original(_ kind: Kind) -> String { String(2_000_000_000_000 + Self.schedule.firstIndex(of: kind)! * 1000) }
         let scenario: [String: Any] = ["api": [
             "from_receipts": blobs,

@@ -191,7 +191,7 @@ public enum Explanation {
     /// The rule behind a decision, in the words of contract section 5.
     static func reasons(_ entitlement: Entitlement?, type: ProductType, transactions: [AccountTransaction],
                         renewals: [PendingRenewalInfo], now: Date) -> [String] {
-        func day(_ date: Date?) -> String { date.map { Timestamp.format($0) } ?? "never" }
+        func time(_ date: Date?) -> String { date.map { Timestamp.format($0) } ?? "never" }
         guard let entitlement else {
             if type == .consumable { return ["consumable: the ledger only, never an entitlement"] }
             return ["no stored transaction of this product: nothing supports an entitlement"]
@@ -215,21 +215,21 @@ public enum Explanation {
         let renewal = renewals.first { $0.originalTransactionId == entitlement.originalTransactionId }
         switch entitlement.state {
         case .active:
-            lines.append(entitlement.expiresAt.map { "expires \(day($0)), after \(day(now)): active" } ?? "no expiry: active")
+            lines.append(entitlement.expiresAt.map { "expires \(time($0)), after \(time(now)): active" } ?? "no expiry: active")
         case .gracePeriod:
-            lines.append("expired \(day(entitlement.expiresAt)); the renewal info gives a billing grace period until "
-                         + "\(day(entitlement.gracePeriodExpiresAt)): still entitled")
+            lines.append("expired \(time(entitlement.expiresAt)); the renewal info gives a billing grace period until "
+                         + "\(time(entitlement.gracePeriodExpiresAt)): still entitled")
         case .billingRetry:
-            lines.append("expired \(day(entitlement.expiresAt)); Apple is still trying to bill (is_in_billing_retry_period): not entitled")
+            lines.append("expired \(time(entitlement.expiresAt)); Apple is still trying to bill (is_in_billing_retry_period): not entitled")
         case .expired:
             let renewalNote = renewal == nil ? "no renewal info is stored for chain \(entitlement.originalTransactionId)"
                 : "the renewal info gives no grace period in force and no billing retry"
-            lines.append("expired \(day(entitlement.expiresAt)); \(renewalNote)")
+            lines.append("expired \(time(entitlement.expiresAt)); \(renewalNote)")
         case .refunded:
             let reason = chosen?.cancellationReason.map { " (reason \($0): \($0 == 1 ? "an issue in the app" : "another reason"))" } ?? ""
-            lines.append("cancelled \(day(entitlement.refundedAt))\(reason), not an upgrade: refunded")
+            lines.append("cancelled \(time(entitlement.refundedAt))\(reason), not an upgrade: refunded")
         case .upgraded:
-            lines.append("cancelled \(day(chosen?.cancellationDate)) by an upgrade (is_upgraded): the customer moved to a higher product")
+            lines.append("cancelled \(time(chosen?.cancellationDate)) by an upgrade (is_upgraded): the customer moved to a higher product")
         }
         if let renewal, entitlement.state != .refunded {
             let autoRenew = renewal.autoRenewStatus.map { $0 ? "on" : "off" } ?? "unknown"
