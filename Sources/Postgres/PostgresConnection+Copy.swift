@@ -15,11 +15,11 @@ extension PostgresConnection {
 extension ConnectionHandle {
     func copyIn(_ statement: String, rows: [[PostgresBind]]) throws(PostgresError) -> Int {
         let connection = try usableConnection()
-        guard let start = PQexec(connection, statement) else { throw lostOrFailed(connection, phase: .copy) }
+        guard let start = PQexec(connection, statement) else { throw dropIfLost(lostOrFailed(connection, phase: .copy)) }
         let status = PQresultStatus(start)
         if status != PGRES_COPY_IN {
             defer { PQclear(start) }
-            throw Self.error(from: start, connection: connection, phase: .copy)
+            throw dropIfLost(Self.error(from: start, connection: connection, phase: .copy))
         }
         PQclear(start)
 
@@ -59,9 +59,9 @@ extension ConnectionHandle {
             }
             PQclear(result)
         }
-        if let failure { throw failure }
+        if let failure { throw dropIfLost(failure) }
         if let sendFailure {
-            throw PostgresError(code: .copyFailed, phase: .copy, message: sendFailure)
+            throw dropIfLost(PostgresError(code: .connectionLost, phase: .copy, message: sendFailure))
         }
         return copied
     }

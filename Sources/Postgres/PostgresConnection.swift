@@ -253,10 +253,20 @@ final class ConnectionHandle: @unchecked Sendable {
         return try consume(result, connection: connection, phase: phase)
     }
 
+    /// A connection found lost is dropped here, so the next statement outside a transaction
+    /// connects afresh instead of writing to a socket that libpq may still call OK.
+    func dropIfLost(_ error: PostgresError) -> PostgresError {
+        if error.code == .connectionLost, let connection {
+            finish(connection)
+            self.connection = nil
+        }
+        return error
+    }
+
     /// Turns a `PGresult` into Swift values and frees it; reads libpq's error text right here.
     func consume(_ result: OpaquePointer?, connection: OpaquePointer, phase: PostgresError.Phase) throws(PostgresError) -> StatementResult {
         guard let result else {
-            throw lostOrFailed(connection, phase: phase)
+            throw dropIfLost(lostOrFailed(connection, phase: phase))
         }
         defer { PQclear(result) }
         switch PQresultStatus(result) {
@@ -265,22 +275,33 @@ final class ConnectionHandle: @unchecked Sendable {
         case PGRES_TUPLES_OK, PGRES_SINGLE_TUPLE:
             return StatementResult(rows: Self.rows(of: result), affectedRows: Int(PQntuples(result)))
         default:
-            throw Self.error(from: result, connection: connection, phase: phase)
+            throw dropIfLost(Self.error(from: result, connection: connection, phase: phase))
         }
     }
 
+    /// No result at all: libpq could not send the statement (or allocate its result).
     func lostOrFailed(_ connection: OpaquePointer, phase: PostgresError.Phase) -> PostgresError {
-        let message = String(cString: PQerrorMessage(connection))
-        let code: PostgresError.Code = PQstatus(connection) == CONNECTION_OK ? .server : .connectionLost
-        return PostgresError(code: code, phase: phase, message: message)
+        PostgresError(code: .connectionLost, phase: phase, message: String(cString: PQerrorMessage(connection)))
+    }
+
+    /// Whether a failed statement means the connection is gone rather than that the server
+    /// refused the statement. The server's errors always carry a SQLSTATE; an error without one is
+    /// libpq's own, which after connecting means trouble on the socket. libpq can report it with
+    /// its status still OK: PQgetResult returns a failed write ("server closed the connection
+    /// unexpectedly") before it has read the EOF (a CI run saw it when the server restarted
+    /// mid-run, and took it for a server error that must not be retried).
+    static func isLost(_ connection: OpaquePointer, sqlState: String?) -> Bool {
+        guard PQstatus(connection) == CONNECTION_OK, let sqlState else { return true }
+        // 08: connection exception; 57P01-03: the server is shutting down or restarting.
+        return sqlState.hasPrefix("08") || ["57P01", "57P02", "57P03"].contains(sqlState)
     }
 
     static func error(from result: OpaquePointer, connection: OpaquePointer, phase: PostgresError.Phase) -> PostgresError {
         func field(_ code: Character) -> String? {
             PQresultErrorField(result, Int32(code.asciiValue!)).map { String(cString: $0) }
         }
-        let lost = PQstatus(connection) != CONNECTION_OK
         let sqlState = field("C")
+        let lost = isLost(connection, sqlState: sqlState)
         var message = field("M") ?? String(cString: PQresultErrorMessage(result))
         if sqlState?.hasPrefix("22") == true {
             // Data exceptions quote the offending input ("invalid input syntax for type integer: \"...\""),

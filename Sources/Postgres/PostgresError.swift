@@ -13,7 +13,8 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         public static let connectionFailed = Code(name: "connection failed")
         /// The connection string cannot be read (a configuration error, not the server's).
         public static let badConnectionString = Code(name: "bad connection string")
-        /// The server went away while a statement was running or before it was sent.
+        /// The server went away while a statement was running or before it was sent, or said it
+        /// is shutting down (SQLSTATE 08..., 57P01-03).
         public static let connectionLost = Code(name: "connection lost")
         /// The connection was closed by this process.
         public static let connectionClosed = Code(name: "connection closed")
@@ -21,8 +22,6 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         public static let server = Code(name: "server error")
         /// A value in a result could not be decoded into the Swift type asked for.
         public static let decoding = Code(name: "decoding error")
-        /// A COPY did not go through.
-        public static let copyFailed = Code(name: "copy failed")
     }
 
     /// Where the error happened.
@@ -57,7 +56,6 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
     /// True when the connection itself failed, so the same work may succeed on a new connection.
     public var isConnectionError: Bool {
         code == .connectionLost || code == .connectionFailed
-            || sqlState.map { $0.hasPrefix("08") || $0 == "57P01" || $0 == "57P02" || $0 == "57P03" } == true
     }
 
     /// True when the server rolled the transaction back to resolve a conflict (a deadlock, a

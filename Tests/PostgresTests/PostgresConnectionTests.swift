@@ -113,6 +113,50 @@ import TestSupport
         #expect(try await connection.backendProcessID() != firstPID)
     }
 
+    /// A reset with no goodbye from the server (a crash, a dropped network, a restart that cuts a
+    /// statement): libpq can report it with its status still OK, and it must still read as a lost
+    /// connection, which the run retries, never as a server error, which it does not.
+    @Test func aResetConnectionIsLostNotAServerErrorAndTheNextStatementReconnects() async throws {
+        let admin = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        let address = try TestDatabase.adminConnectionString
+        let host = address.firstMatch(of: /host=(\S+)/).map { String($0.1) } ?? "127.0.0.1"
+        let port = address.firstMatch(of: /port=(\d+)/).map { Int($0.1)! } ?? 5432
+        let relay = try TCPCutter(toHost: host, port: port)
+        let relayed = address.replacing(/host=\S+/, with: "host=127.0.0.1").replacing(/port=\d+/, with: "port=\(relay.port)")
+        let connection = try await PostgresConnection.connect(relayed)
+
+        // Cut while a statement runs.
+        let pid = try await connection.backendProcessID()
+        let sleeping = Task { try await connection.query("SELECT pg_sleep(30)") }
+        try await waitUntil("the statement is running") {
+            try await admin.query("SELECT count(*) AS n FROM pg_stat_activity WHERE pid = \(pid) AND state = 'active'")[0]
+                .decode("n", as: Int.self) == 1
+        }
+        try relay.cut()
+        switch await sleeping.result {
+        case .success: Issue.record("a statement on a reset connection succeeded")
+        case .failure(let error as PostgresError):
+            #expect(error.code == .connectionLost, "\(error)")
+            #expect(error.isConnectionError)
+        case .failure(let error): Issue.record("\(error)")
+        }
+        #expect(try await connection.query("SELECT 2 AS two")[0].decode("two", as: Int.self) == 2)
+
+        // Cut while idle: the next statement meets the dead socket, the one after reconnects.
+        try relay.cut()
+        do {
+            _ = try await connection.query("SELECT 3")
+            Issue.record("a statement on a reset connection succeeded")
+        } catch {
+            #expect(error.code == .connectionLost, "\(error)")
+        }
+        #expect(try await connection.query("SELECT 4 AS four")[0].decode("four", as: Int.self) == 4)
+        _ = try? await admin.execute("SELECT pg_terminate_backend(\(pid))")
+        await connection.close()
+        await admin.close()
+        relay.stop()
+    }
+
     @Test func aLostConnectionInsideATransactionFailsTheTransaction() async throws {
         let database = try await TestDatabase.create("lostintx")
         let connection = try await database.connect()
