@@ -51,7 +51,7 @@ struct SeedDemoCommand: AsyncParsableCommand {
     var apiScenario: String?
 
     @Option(help: ArgumentHelp(
-        "The bench profile: write the state and expiry each account must have after each night, as CSV (account_id,night,state,expires_at), for the benchmark's check.",
+        "The bench profile: write the entitlements each account must have after each night, as CSV (account_id,night,product_id,state,expires_at), for the benchmark's check.",
         valueName: "file"))
     var expectations: String?
 
@@ -68,14 +68,31 @@ struct SeedDemoCommand: AsyncParsableCommand {
             var receipts: [SeedStore.Receipt] = []
             var entitlements: [Entitlement] = []
             var expected = ""
-            for index in 0..<accounts {
-                let account = try world.account(index)
-                for (night, value) in account.expected.enumerated() {
-                    expected += "\(account.accountId),\(night + 1),\(value.state),"
-                        + Timestamp.format(Date(timeIntervalSince1970: Double(value.expiresMs) / 1000)) + "\n"
+            // Signing a receipt takes about a millisecond: accounts are made on every core, a
+            // thousand to a task, and written in order.
+            let made = world
+            let workers = max(1, ProcessInfo.processInfo.activeProcessorCount)
+            let chunk = 1_000
+            for round in stride(from: 0, to: accounts, by: chunk * workers) {
+                let ranges = stride(from: round, to: min(accounts, round + chunk * workers), by: chunk).map { $0..<min(accounts, $0 + chunk) }
+                let chunks = try await withThrowingTaskGroup(of: (Int, [DemoWorld.Account]).self) { group in
+                    for (position, range) in ranges.enumerated() {
+                        group.addTask { (position, try range.map { try made.account($0) }) }
+                    }
+                    var chunks = [[DemoWorld.Account]](repeating: [], count: ranges.count)
+                    for try await (position, accounts) in group { chunks[position] = accounts }
+                    return chunks
                 }
-                receipts += account.receipts
-                entitlements += account.entitlements
+                for account in chunks.joined() {
+                    for (night, entitlements) in account.expected.enumerated() {
+                        for value in entitlements {
+                            expected += "\(account.accountId),\(night + 1),\(value.product),\(value.state),"
+                                + (value.expiresMs.map { Timestamp.format(Date(timeIntervalSince1970: Double($0) / 1000)) } ?? "") + "\n"
+                        }
+                    }
+                    receipts += account.receipts
+                    entitlements += account.entitlements
+                }
                 if receipts.count >= 10_000 {
                     try await store.copy(receipts: receipts)
                     receipts.removeAll(keepingCapacity: true)
@@ -100,7 +117,7 @@ struct SeedDemoCommand: AsyncParsableCommand {
 }
 
 /// The sample world: deterministic for a seed, relative to `now`.
-struct DemoWorld {
+struct DemoWorld: Sendable {
     let profile: SeedDemoCommand.Profile
     /// Signs real-shaped PKCS#7 receipts; nil writes synthetic ones.
     var signer: SimulatedAppReceipt.Signer? = nil
@@ -118,13 +135,19 @@ struct DemoWorld {
                 price: Decimal(string: "4.99"), currency: "EUR"),
     ]
 
-    struct Account {
+    struct Account: Sendable {
         var accountId: String
         var receipts: [SeedStore.Receipt] = []
         var entitlements: [Entitlement] = []
-        /// The bench profile: the entitlement's state and expiry (ms) the runs must reach, after
+        /// The bench profile: the entitlements (product, state, expiry) the runs must reach, after
         /// night 1 and after night 2.
-        var expected: [(state: String, expiresMs: Int64)] = []
+        var expected: [[Expected]] = []
+    }
+
+    struct Expected: Sendable {
+        var product: String
+        var state: String
+        var expiresMs: Int64?
     }
 
     /// The states of the demo profile, one per account in turn.
@@ -175,13 +198,15 @@ struct DemoWorld {
         let nowMs = Int64(now.timeIntervalSince1970 * 1000)
         var account = Account(accountId: accountId)
 
-        func receipt(_ spec: [String: Any]) throws {
+        func blob(_ spec: [String: Any]) throws -> String {
             let json = try JSONSerialization.data(withJSONObject: spec, options: [.sortedKeys])
             // A real-shaped PKCS#7 receipt, or (--receipt-format synthetic) the short synthetic form;
             // a receipt that cannot be signed stops the seeding, never turns into the other form.
-            let blob = try signer.map { Data(try SimulatedAppReceipt.make(specJSON: Array(json), signer: $0, creationDate: now)).base64EncodedString() }
+            return try signer.map { Data(try SimulatedAppReceipt.make(specJSON: Array(json), signer: $0, creationDate: now)).base64EncodedString() }
                 ?? (Data(AppleSimulator.syntheticPrefix.utf8) + json).base64EncodedString()
-            account.receipts.append(SeedStore.Receipt(accountId: accountId, bundleId: "com.example.app", latestReceipt: blob))
+        }
+        func receipt(_ spec: [String: Any]) throws {
+            account.receipts.append(SeedStore.Receipt(accountId: accountId, bundleId: "com.example.app", latestReceipt: try blob(spec)))
         }
         func stored(_ product: String, _ state: String, expiresMs: Int64?, latest: String? = nil, environment: String = "Production") {
             account.entitlements.append(Entitlement(
@@ -213,24 +238,43 @@ struct DemoWorld {
             let draw = Int.random(in: 0..<100, using: &generator)
             if draw < 5 { spec["environment"] = "Sandbox" }
             if draw >= 98 { spec["faults"] = [draw == 98 ? ["status": 21199, "is_retryable": true] : ["http": 503]] }
-            // Night 2 is a real second night: since night 1 one account in ten renewed, one in
-            // fifty was refunded (the simulator answers so after `POST /__night/2`).
+            // Night 2 is a real second night: since night 1 one account in ten renewed (and Apple
+            // answers with the fresher receipt that says so), one in fifty was refunded, and three
+            // in a hundred of those active expired (the simulator answers so after `POST /__night/2`;
+            // both nights run at the same hour, so an expiry shows as an earlier end).
             let end = nowMs + Int64(days * 86_400_000)
-            let night1 = (end > nowMs ? "active" : "expired", end)
+            let night1 = Expected(product: "pro.monthly", state: end > nowMs ? "active" : "expired", expiresMs: end)
             var night2 = night1
             let change = Int.random(in: 0..<100, using: &generator)
             if change < 10 {
-                spec["night2"] = ["generate": ["subscriptions": [subscription(renewals: renewals + 1, endingInDays: days + 30)]]]
+                let renewed: [String: Any] = ["generate": ["subscriptions": [subscription(renewals: renewals + 1, endingInDays: days + 30)]]]
+                spec["night2"] = renewed.merging(["latest_receipt": try blob(renewed)]) { $1 }
                 let renewedEnd = nowMs + Int64((days + 30) * 86_400_000)  // as `subscription` computes it
-                night2 = (renewedEnd > nowMs ? "active" : "expired", renewedEnd)
+                night2 = Expected(product: "pro.monthly", state: renewedEnd > nowMs ? "active" : "expired", expiresMs: renewedEnd)
             } else if change < 12 {
                 var refunded = current
                 refunded["cancel"] = ["at_ms": nowMs - 3_600_000, "reason": 0]
                 spec["night2"] = ["generate": ["subscriptions": [refunded]]]
-                night2 = ("refunded", end)
+                night2 = Expected(product: "pro.monthly", state: "refunded", expiresMs: end)
+            } else if change < 15 && end > nowMs {
+                let lapsed = subscription(renewals: renewals, endingInDays: -0.5, extra: ["auto_renew": false, "expiration_intent": 1])
+                spec["night2"] = ["generate": ["subscriptions": [lapsed]]]
+                night2 = Expected(product: "pro.monthly", state: "expired", expiresMs: nowMs - 43_200_000)
             }
-            account.expected = [night1, night2]
+            account.expected = [[night1], [night2]]
+            // One answer in twenty carries a fresher `latest_receipt` than the one stored (the run
+            // stores it in place of the old); one account in twenty has a second receipt, from
+            // another device, with a lifetime purchase.
+            let extra = Int.random(in: 0..<100, using: &generator)
+            if extra < 5 {
+                spec["latest_receipt"] = try blob(spec.filter { $0.key != "faults" })
+            }
             try receipt(spec)
+            if extra >= 5 && extra < 10 {
+                try receipt(["generate": ["purchases": [["product_id": "lifetime", "transaction_id": original + "7", "purchase_ms": nowMs - 200 * 86_400_000]]]])
+                let lifetime = Expected(product: "lifetime", state: "active", expiresMs: nil)
+                account.expected = account.expected.map { $0 + [lifetime] }
+            }
             // Half the accounts are stored as the answer says, half one period behind.
             if index % 2 == 0 {
                 stored("pro.monthly", end > nowMs ? "active" : "expired", expiresMs: end, latest: renewalId(renewals))

@@ -44,6 +44,7 @@ def main():
     parser.add_argument("--port", type=int)
     parser.add_argument("--database-url")
     parser.add_argument("--night", default="1")
+    parser.add_argument("--json-out", help="also append the figures, as one JSON line, to this file")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command and args.command[0] == "--" else args.command
@@ -69,17 +70,20 @@ def main():
         sys.stderr.write(completed.stdout + completed.stderr)
         sys.exit(f"the run failed with status {completed.returncode}")
 
-    # Every account's entitlement must be what the world says after this night: its state and its
-    # expiry, and entitled exactly for the states that grant (the bench world keeps expiries out of
-    # the expiry lag's hour).
+    # Every account's entitlements must be what the world says after this night: each product's
+    # state and expiry, entitled exactly for the states that grant (the bench world keeps expiries
+    # out of the expiry lag's hour), and no entitlement the world does not have.
     check = subprocess.run(
         ["psql", "-At", args.database_url, "-c",
-         "SELECT count(*) FILTER (WHERE x.state = e.state AND x.expires_at = e.expires_at"
-         " AND x.entitled = (e.state = 'active')) || '/' || count(*)"
-         f" FROM bench_expected e LEFT JOIN iap.entitlements x ON x.account_id = e.account_id WHERE e.night = {int(args.night)}"],
+         "SELECT count(*) FILTER (WHERE x.state = e.state AND x.expires_at IS NOT DISTINCT FROM e.expires_at"
+         " AND x.entitled = (e.state = 'active')) || '/' || count(*) || '/' || (SELECT count(*) FROM iap.entitlements)"
+         " FROM bench_expected e LEFT JOIN iap.entitlements x ON x.account_id = e.account_id AND x.product_id = e.product_id"
+         f" WHERE e.night = {int(args.night)}"],
         stdout=subprocess.PIPE, text=True).stdout.strip()
-    if check != f"{args.accounts}/{args.accounts}":
-        sys.exit(f"wrong entitlements after the run: {check} right")
+    right, expected, stored = (check.split("/") + ["?", "?", "?"])[:3]
+    if not (right == expected == stored):
+        sys.exit(f"wrong entitlements after the run: {right} of {expected} right, {stored} stored")
+    check = f"{right}/{expected}"
     rate = args.accounts / wall
     # The ceiling is C over the mean answer time: with a tail (log-normal, p99 = tail x median)
     # the mean is the median x exp(sigma^2 / 2).
@@ -90,6 +94,13 @@ def main():
           f"{client_cpu * 1000 / args.accounts:.3f} | {usage.ru_maxrss / 1024:.0f} | {requests:,} | {simulator:.1f} | "
           f"{postgres:.1f} | {postgres * 1000 / args.accounts:.3f} | {check} |")
     sys.stdout.flush()
+    if args.json_out:
+        with open(args.json_out, "a") as out:
+            out.write(json.dumps({
+                "accounts": args.accounts, "concurrency": args.concurrency, "night": int(args.night), "wall": wall,
+                "rate": rate, "of_ceiling": rate / ceiling, "client_cpu_ms": client_cpu * 1000 / args.accounts,
+                "rss_mb": usage.ru_maxrss / 1024, "requests": requests, "simulator_cpu": simulator,
+                "postgres_cpu": postgres, "postgres_cpu_ms": postgres * 1000 / args.accounts}) + "\n")
 
 
 main()
