@@ -42,6 +42,18 @@ public struct AppReceipt: Sendable, Equatable, Encodable {
     }
 }
 
+/// A receipt's bundle id and its purchases' original transaction ids (the transaction id where
+/// the original is absent), first seen first: what a run reads of a receipt locally.
+public struct ReceiptIdentifiers: Sendable, Equatable {
+    public var bundleId: String?
+    public var originalTransactionIds: [String]
+
+    public init(bundleId: String?, originalTransactionIds: [String]) {
+        self.bundleId = bundleId
+        self.originalTransactionIds = originalTransactionIds
+    }
+}
+
 /// An iOS 6 style transaction receipt: base64 of an old-style property list, not PKCS#7.
 public struct LegacyTransactionReceipt: Sendable, Equatable, Encodable {
     public var environment: String?
@@ -64,20 +76,49 @@ public struct ReceiptDecodingError: Error, Equatable, CustomStringConvertible {
 public enum ReceiptDecoder {
     /// Decodes base64 text (line breaks and spaces allowed) or raw DER/BER bytes.
     public static func decode(_ input: [UInt8]) throws(ReceiptDecodingError) -> DecodedReceipt {
+        switch try container(input) {
+        case .legacy(let bytes): return .legacyTransactionReceipt(try LegacyPlist.decodeTransactionReceipt(bytes))
+        case .pkcs7(let bytes): return .appReceipt(try readingPKCS7 { try decodePayload(try payload(ofPKCS7: bytes)) })
+        }
+    }
+
+    /// Only what a run needs of a receipt: its bundle id and its purchases' original transaction
+    /// ids, the same as `decode` gives, but each in-app record is read for two attributes and
+    /// nothing else (decoding every field of every record was a third of a run's CPU). So a
+    /// record whose other attributes are malformed does not fail here as it does in `decode`.
+    public static func identifiers(_ input: [UInt8]) throws(ReceiptDecodingError) -> ReceiptIdentifiers {
+        switch try container(input) {
+        case .legacy(let bytes):
+            let info = try LegacyPlist.decodeTransactionReceipt(bytes).purchaseInfo
+            return ReceiptIdentifiers(bundleId: info["bid"], originalTransactionIds: [info["original-transaction-id"] ?? info["transaction-id"]].compactMap { $0 })
+        case .pkcs7(let bytes):
+            return try readingPKCS7 { try identifiers(ofPayload: try payload(ofPKCS7: bytes)) }
+        }
+    }
+
+    enum Container {
+        case pkcs7([UInt8]), legacy([UInt8])
+    }
+
+    /// The receipt's bytes (base64 decoded if it is text) and which of the two kinds it is.
+    static func container(_ input: [UInt8]) throws(ReceiptDecodingError) -> Container {
         var bytes = input
         if input.first != 0x30 {
             let text = withoutWhitespace(String(decoding: input, as: UTF8.self))
             if !text.isEmpty, let data = Data(base64Encoded: text) { bytes = Array(data) }
         }
         guard !bytes.isEmpty else { throw ReceiptDecodingError("the receipt is empty") }
-        if bytes.first == UInt8(ascii: "{") {
-            return .legacyTransactionReceipt(try LegacyPlist.decodeTransactionReceipt(bytes))
-        }
+        if bytes.first == UInt8(ascii: "{") { return .legacy(bytes) }
         guard bytes.first == 0x30 else {
             throw ReceiptDecodingError("not an app receipt: neither PKCS#7 (which starts with a SEQUENCE) nor an iOS 6 transaction receipt")
         }
+        return .pkcs7(bytes)
+    }
+
+    /// Any error of the ASN.1 parser, worded as this decoder's.
+    static func readingPKCS7<Result>(_ body: () throws -> Result) throws(ReceiptDecodingError) -> Result {
         do {
-            return .appReceipt(try decodePKCS7(bytes))
+            return try body()
         } catch let error as ReceiptDecodingError {
             throw error
         } catch {
@@ -85,18 +126,34 @@ public enum ReceiptDecoder {
         }
     }
 
+    static func identifiers(ofPayload payload: [UInt8]) throws -> ReceiptIdentifiers {
+        var found = ReceiptIdentifiers(bundleId: nil, originalTransactionIds: [])
+        var seen = Set<String>()
+        try forEachAttribute(payload[...]) { type, value in
+            switch type {
+            case 2: found.bundleId = try string(value)
+            case 17:
+                var original: String?, transaction: String?
+                try forEachAttribute(value) { type, value in
+                    if type == 1705 { original = try string(value) } else if type == 1703 { transaction = try string(value) }
+                }
+                if let id = original ?? transaction, seen.insert(id).inserted { found.originalTransactionIds.append(id) }
+            default: break
+            }
+        }
+        return found
+    }
+
     static let signedDataOID: [UInt8] = [0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x07, 0x02]
     static let dataOID: [UInt8] = [0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x07, 0x01]
-
-    static func decodePKCS7(_ bytes: [UInt8]) throws -> AppReceipt {
-        try decodePayload(try payload(ofPKCS7: bytes))
-    }
 
     /// The raw value of the first payload attribute of `type` in a PKCS#7 app receipt (DER or
     /// BER): for attribute types this decoder does not read, such as the simulator's own. Nil
     /// when the receipt has none.
     public static func attribute(_ type: Int64, inPKCS7 bytes: [UInt8]) throws -> [UInt8]? {
-        try attributes(try payload(ofPKCS7: bytes)).first { $0.0 == type }?.1
+        var found: [UInt8]?
+        try forEachAttribute(try payload(ofPKCS7: bytes)[...]) { if found == nil && $0 == type { found = Array($1) } }
+        return found
     }
 
     /// The receipt payload inside the PKCS#7 container: SignedData's encapsulated content.
@@ -157,16 +214,27 @@ public enum ReceiptDecoder {
     }
 
     static func attributes(_ bytes: [UInt8]) throws -> [(Int64, [UInt8])] {
+        var found: [(Int64, [UInt8])] = []
+        try forEachAttribute(bytes[...]) { found.append(($0, Array($1))) }
+        return found
+    }
+
+    /// Calls `body` with each attribute's type and value, in order; the values are slices of
+    /// `bytes`, not copies (unless BER split a value into pieces).
+    static func forEachAttribute(_ bytes: ArraySlice<UInt8>, _ body: (Int64, ArraySlice<UInt8>) throws -> Void) throws {
         let set = try BER.parse(bytes)
         guard set.identifier == .set, case .constructed(let nodes) = set.content else {
             throw ReceiptDecodingError("the receipt payload is not a SET of attributes")
         }
-        return try nodes.map { node in
-            let fields = try children(node, expecting: .sequence, what: "receipt attribute")
-            guard fields.count >= 3, let type = try integerNode(fields[0]) else {
-                throw ReceiptDecodingError("a receipt attribute is incomplete")
+        for node in nodes {
+            guard node.identifier == .sequence, case .constructed(let fields) = node.content else {
+                throw ReceiptDecodingError("receipt attribute is not a SEQUENCE")
             }
-            return (type, try octets(fields[2]))
+            var iterator = fields.makeIterator()
+            guard let typeNode = iterator.next(), iterator.next() != nil, let valueNode = iterator.next(),
+                  let type = try integerNode(typeNode)
+            else { throw ReceiptDecodingError("a receipt attribute is incomplete") }
+            try body(type, try octetSlice(valueNode))
         }
     }
 
@@ -196,10 +264,14 @@ public enum ReceiptDecoder {
 
     /// An OCTET STRING's bytes; BER lets it be constructed from pieces (Xcode receipts do this).
     static func octets(_ node: ASN1Node) throws -> [UInt8] {
+        Array(try octetSlice(node))
+    }
+
+    static func octetSlice(_ node: ASN1Node) throws -> ArraySlice<UInt8> {
         guard node.identifier == .octetString else { throw ReceiptDecodingError("expected an OCTET STRING") }
         switch node.content {
-        case .primitive(let bytes): return Array(bytes)
-        case .constructed(let pieces): return try pieces.flatMap { try octets($0) }
+        case .primitive(let bytes): return bytes
+        case .constructed(let pieces): return ArraySlice(try pieces.flatMap { try octets($0) })
         }
     }
 
@@ -219,6 +291,10 @@ public enum ReceiptDecoder {
 
     /// The value of an attribute that holds a DER-encoded UTF8String or IA5String.
     static func string(_ value: [UInt8]) throws -> String? {
+        try string(value[...])
+    }
+
+    static func string(_ value: ArraySlice<UInt8>) throws -> String? {
         guard !value.isEmpty else { return nil }
         let node = try BER.parse(value)
         guard node.identifier == .utf8String || node.identifier == .ia5String || node.identifier == .printableString,

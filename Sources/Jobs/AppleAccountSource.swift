@@ -60,15 +60,8 @@ struct VerifyReceiptSource: AppleAccountSource {
     /// What the local decode of a blob says (it informs the report and the bundle check; it never
     /// grants), or nil when the blob is no receipt this decoder reads.
     static func localDecode(_ blob: String) -> LocalReceipt? {
-        switch try? ReceiptDecoder.decode(Array(blob.utf8)) {
-        case .appReceipt(let decoded)?:
-            return LocalReceipt(bundleId: decoded.bundleId, originals: decoded.originalTransactionIds)
-        case .legacyTransactionReceipt(let legacy)?:
-            let original = legacy.purchaseInfo["original-transaction-id"] ?? legacy.purchaseInfo["transaction-id"]
-            return LocalReceipt(bundleId: legacy.purchaseInfo["bid"], originals: [original].compactMap { $0 })
-        case nil:
-            return nil
-        }
+        guard let found = try? ReceiptDecoder.identifiers(Array(blob.utf8)) else { return nil }
+        return LocalReceipt(bundleId: found.bundleId, originals: found.originalTransactionIds)
     }
 
     /// Asks Apple about one receipt, unless the local decode already shows it cannot count, and

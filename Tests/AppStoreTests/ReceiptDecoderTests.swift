@@ -211,7 +211,37 @@ import TestSupport
         #expect(throws: ReceiptDecodingError.self) { try ReceiptDecoder.decode(Array(Data("simulated-receipt:{}".utf8).base64EncodedString().utf8)) }
     }
 
-    /// 10,000 mutated receipts (bytes flipped, cut, inserted): every one decodes or throws, none crashes.
+    /// What `decode` gives, reduced to what `identifiers` reads.
+    static func identifiersByFullDecode(_ bytes: [UInt8]) throws(ReceiptDecodingError) -> ReceiptIdentifiers {
+        switch try ReceiptDecoder.decode(bytes) {
+        case .appReceipt(let receipt):
+            return ReceiptIdentifiers(bundleId: receipt.bundleId, originalTransactionIds: receipt.originalTransactionIds)
+        case .legacyTransactionReceipt(let legacy):
+            let info = legacy.purchaseInfo
+            return ReceiptIdentifiers(bundleId: info["bid"], originalTransactionIds: [info["original-transaction-id"] ?? info["transaction-id"]].compactMap { $0 })
+        }
+    }
+
+    /// The run reads only a receipt's bundle id and original transaction ids: for every real
+    /// receipt, the same as the full decode, which the table above checks against PROVENANCE.md.
+    @Test func identifiersAreWhatTheFullDecodeSays() throws {
+        let names = try Fixtures.files(in: "receipts")
+            .filter { !$0.hasSuffix(".md") && !$0.contains("not_a_receipt") }
+        #expect(names.count >= 20)
+        var purchases = 0
+        for name in names {
+            let bytes = try Fixtures.bytes("receipts/\(name)")
+            let full = try Self.identifiersByFullDecode(bytes)
+            #expect(try ReceiptDecoder.identifiers(bytes) == full, "\(name)")
+            purchases += full.originalTransactionIds.count
+        }
+        #expect(purchases > 20)  // dozens of ids in all (the 187 records of one sandbox receipt share a few): really compared
+        #expect(throws: ReceiptDecodingError.self) { try ReceiptDecoder.identifiers(Fixtures.bytes("receipts/appreceiptvalidator-not_a_receipt.bin")) }
+    }
+
+    /// 10,000 mutated receipts (bytes flipped, cut, inserted): every one decodes or throws, none
+    /// crashes; and `identifiers` agrees with the full decode wherever that decodes, and fails
+    /// only where it fails too.
     @Test func tenThousandMutatedReceiptsNeverCrash() async throws {
         let seeds = try ["tpinappreceipt-receipt-production.b64", "tpinappreceipt-receipt-xcode.b64",
                          "kvitto-sandboxReceipt-com.cocoanetics.EmmiView.der", "apple-asslib-legacy-transaction-receipt.b64"].map { name -> [UInt8] in
@@ -222,30 +252,37 @@ import TestSupport
         // Ten thousand decodes are long CPU work: on a thread of their own, not the cooperative pool
         // the other tests' I/O waits on.
         let seed = FuzzSeed("tenThousandMutatedReceiptsNeverCrash")
-        let (decoded, rejected, emptyMessages) = await withCheckedContinuation { continuation in
+        let (decoded, rejected, emptyMessages, disagreements) = await withCheckedContinuation { continuation in
             Thread.detachNewThread {
                 continuation.resume(returning: Self.mutateAndDecode(seeds, seed: seed))
             }
         }
         #expect(emptyMessages == 0, "a rejection without a message; \(seed)")
+        #expect(disagreements.isEmpty, "\(disagreements.prefix(3)); \(seed)")
         #expect(rejected > 1_000, "\(seed)")
         #expect(decoded > 0, "no mutation survived: the decoder rejects more than it should; \(seed)")
     }
-    static func mutateAndDecode(_ seeds: [[UInt8]], seed: FuzzSeed) -> (decoded: Int, rejected: Int, emptyMessages: Int) {
+    static func mutateAndDecode(_ seeds: [[UInt8]], seed: FuzzSeed) -> (decoded: Int, rejected: Int, emptyMessages: Int, disagreements: [String]) {
         var generator = seed.generator
         var decoded = 0
         var rejected = 0
         var emptyMessages = 0
+        var disagreements: [String] = []
         for index in 0..<10_000 {
             let bytes = Mutation.binary(seeds[index % seeds.count], edits: 1...8, using: &generator)
+            let identifiers = try? ReceiptDecoder.identifiers(bytes)
             do {
-                _ = try ReceiptDecoder.decode(bytes)
+                let full = try identifiersByFullDecode(bytes)
                 decoded += 1
+                if identifiers != full { disagreements.append("mutation \(index): \(String(describing: identifiers)) against \(full)") }
             } catch {
                 rejected += 1
                 if error.description.isEmpty { emptyMessages += 1 }
             }
+            // Fails only where the full decode fails (it may read where that does not: it skips the
+            // attributes it does not need).
+            if identifiers == nil, (try? ReceiptDecoder.decode(bytes)) != nil { disagreements.append("mutation \(index): identifiers failed alone") }
         }
-        return (decoded, rejected, emptyMessages)
+        return (decoded, rejected, emptyMessages, disagreements)
     }
 }

@@ -40,7 +40,10 @@ import TestSupport
                 """) >= 20
         }
         cli.signal(SIGKILL)
-        _ = try await cli.wait()
+        let ended = try await cli.wait()
+        // The kill must be what ended it: a run that had already stopped would prove nothing.
+        #expect(cli.process.terminationReason == .uncaughtSignal && ended.status == SIGKILL,
+                "run \(run) ended by itself (status \(ended.status)) before the kill: \(ended.stderr.suffix(3000))")
     }
 
     /// (account, product, kind, after) of every applied correction: what a run did, whoever ran it.

@@ -60,7 +60,9 @@ import TestSupport
                 }
                 let rerun = try await CLIProcess.run(arguments, environment: environment)
                 #expect(rerun.status == 0, "\(rerun.stderr)")
-                #expect(try await killed.count("SELECT count(*) FROM iap.reconciliation_runs WHERE status = 'interrupted'") == 2)
+                let runs = try await killed.connection.query("SELECT id, status, accounts_processed, COALESCE(error, '') AS error FROM iap.reconciliation_runs ORDER BY id")
+                    .map { "\(try $0.decode("id", as: Int.self)) \(try $0.decode("status", as: String.self)) \(try $0.decode("accounts_processed", as: Int.self)) \(try $0.decode("error", as: String.self))" }
+                #expect(runs.prefix(2).allSatisfy { $0.contains(" interrupted ") } && runs.count == 3, "\(runs)")
 
                 var options = calm.options()
                 options.source = .serverAPI
