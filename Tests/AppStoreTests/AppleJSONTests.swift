@@ -38,6 +38,23 @@ import TestSupport
         #expect(valid > 100 && valid < 3_900, "\(seed)")
     }
 
+    /// Strings are skipped eight bytes at a time while no byte needs a look: each byte that does
+    /// (quote, backslash, control, past ASCII, bad UTF-8), at every offset of a word, is still
+    /// seen, and the answer is Foundation's.
+    @Test func everySpecialByteIsSeenAtEveryOffset() {
+        let specials: [[UInt8]] = [[0x22], [0x5C, 0x6E], [0x5C, 0x78], [0x5C], [0x00], [0x1F], [0x7F], [0xC3, 0xA9], [0xFF], [0xC3], [0xE2, 0x82, 0xAC]]
+        var disagreements: [String] = []
+        for special in specials {
+            for offset in 0..<20 {
+                let bytes = Array(#"{"latest_receipt": ""#.utf8) + Array(repeating: UInt8(ascii: "A"), count: offset) + special
+                    + Array(repeating: UInt8(ascii: "B"), count: 30) + Array(#"", "status": 0}"#.utf8)
+                let foundation = (try? JSONSerialization.jsonObject(with: Data(bytes))) != nil
+                if Self.isValid(bytes) != foundation { disagreements.append("\(special) at \(offset): Foundation \(foundation)") }
+            }
+        }
+        #expect(disagreements.isEmpty, "\(disagreements)")
+    }
+
     /// Where the reader stops, and the bytes around it, for a failure message.
     static func difference(_ bytes: [UInt8]) -> String {
         do {
