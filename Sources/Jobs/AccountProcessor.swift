@@ -127,6 +127,7 @@ struct AccountProcessor: Sendable {
         if let local, StorableValues.problem(in: local) == nil {
             update.localBundleId = local.bundleId
             update.localOriginalTransactionIds = local.originals
+            update.localDecodeDigest = LocalReceipt.digest(ofBlob: receipt.latestReceipt)
         }
         switch outcome.result {
         case .verified, .verifiedSignedData:

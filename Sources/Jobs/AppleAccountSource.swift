@@ -44,7 +44,7 @@ struct VerifyReceiptSource: AppleAccountSource {
                     receipt: receipt, outcome: VerificationOutcome(result: .invalidReceipt(reason: reason), environment: receipt.environment)))
                 continue
             }
-            let local = Self.localDecode(receipt.latestReceipt)
+            let local = Self.localDecode(receipt)
             let outcome = await verify(receipt, local: local, accountId: work.accountId, counts: &counts)
             var verification = ReceiptVerification(receipt: receipt, local: local, outcome: outcome)
             if case .verified(let response) = outcome.result {
@@ -57,8 +57,14 @@ struct VerifyReceiptSource: AppleAccountSource {
         return verifications
     }
 
-    /// What the local decode of a blob says (it informs the report and the bundle check; it never
-    /// grants), or nil when the blob is no receipt this decoder reads.
+    /// What the local decode of a stored receipt says (it informs the report and the bundle check;
+    /// it never grants): the decode a run stored for this very blob, else the blob decoded now;
+    /// nil for a blob too large to read or no receipt this decoder reads.
+    static func localDecode(_ receipt: StoredReceipt) -> LocalReceipt? {
+        guard receipt.oversizeBytes == nil else { return nil }
+        return receipt.storedLocalDecode ?? localDecode(receipt.latestReceipt)
+    }
+
     static func localDecode(_ blob: String) -> LocalReceipt? {
         guard let found = try? ReceiptDecoder.identifiers(Array(blob.utf8)) else { return nil }
         return LocalReceipt(bundleId: found.bundleId, originals: found.originalTransactionIds)

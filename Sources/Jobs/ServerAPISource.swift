@@ -33,8 +33,7 @@ struct ServerAPISource: AppleAccountSource {
         var receipts: [(StoredReceipt, LocalReceipt?)] = []
         var originals: [String] = work.stored.map(\.originalTransactionId) + knownOriginals
         for (index, receipt) in work.receipts.enumerated() {
-            let local = decoded.map { $0[index] }
-                ?? (receipt.oversizeBytes == nil ? VerifyReceiptSource.localDecode(receipt.latestReceipt) : nil)
+            let local = decoded.map { $0[index] } ?? VerifyReceiptSource.localDecode(receipt)
             receipts.append((receipt, local))
             originals += receipt.knownOriginalTransactionIds + (local?.originals ?? [])
         }

@@ -118,18 +118,25 @@ public struct ReconciliationStore: Sendable {
                    CASE WHEN octet_length(latest_receipt) > \(maximumReceiptBytes) THEN '' ELSE latest_receipt END AS latest_receipt,
                    CASE WHEN octet_length(latest_receipt) > \(maximumReceiptBytes) THEN octet_length(latest_receipt) END AS oversize_bytes,
                    array_to_string(COALESCE(ledger_original_transaction_ids, '{}') || COALESCE(receipt_original_transaction_ids, '{}'), ' ')
-                       AS known_originals
+                       AS known_originals,
+                   receipt_decoded_digest, receipt_bundle_id, array_to_string(receipt_original_transaction_ids, ' ') AS receipt_originals
             FROM iap.app_receipts WHERE account_id = ANY(\(accounts)) ORDER BY account_id, id
             """)
         var result: [String: [StoredReceipt]] = [:]
         for row in rows {
-            let receipt = StoredReceipt(
+            var receipt = StoredReceipt(
                 id: try row.decode("id"), accountId: try row.decode("account_id"), bundleId: try row.decode("bundle_id"),
                 latestReceipt: try row.decode("latest_receipt"),
                 environment: AppleEnvironment(appleName: try row.decode("environment", as: String?.self)),
                 attempts: try row.decode("attempts"), rowVersion: try row.decode("row_version"),
                 ledgerDigest: try row.decode("ledger_digest"), oversizeBytes: try row.decode("oversize_bytes"),
                 knownOriginalTransactionIds: (try row.decode("known_originals", as: String?.self) ?? "").split(separator: " ").map(String.init))
+            if let digest: Int64 = try row.decode("receipt_decoded_digest"), !receipt.latestReceipt.isEmpty,
+               digest == LocalReceipt.digest(ofBlob: receipt.latestReceipt) {
+                receipt.storedLocalDecode = LocalReceipt(
+                    bundleId: try row.decode("receipt_bundle_id"),
+                    originals: (try row.decode("receipt_originals", as: String?.self) ?? "").split(separator: " ").map(String.init))
+            }
             result[receipt.accountId, default: []].append(receipt)
         }
         return result
@@ -187,11 +194,15 @@ public struct ReconciliationStore: Sendable {
                 last_run_id      = \(runId),
                 latest_receipt   = CASE WHEN r.xmin::text = u.row_version AND u.latest_receipt IS NOT NULL
                                         THEN u.latest_receipt ELSE r.latest_receipt END,
-                receipt_bundle_id = CASE WHEN r.xmin::text = u.row_version THEN COALESCE(u.local_bundle_id, r.receipt_bundle_id)
-                                         ELSE r.receipt_bundle_id END,
-                receipt_original_transaction_ids = CASE WHEN r.xmin::text = u.row_version
-                                                        THEN COALESCE(u.local_originals::text[], r.receipt_original_transaction_ids)
-                                                        ELSE r.receipt_original_transaction_ids END,
+                -- A decode with its digest describes that blob exactly (a missing bundle id included).
+                receipt_bundle_id = CASE WHEN r.xmin::text <> u.row_version THEN r.receipt_bundle_id
+                                         WHEN u.decoded_digest IS NOT NULL THEN u.local_bundle_id
+                                         ELSE COALESCE(u.local_bundle_id, r.receipt_bundle_id) END,
+                receipt_original_transaction_ids = CASE WHEN r.xmin::text <> u.row_version THEN r.receipt_original_transaction_ids
+                                                        WHEN u.decoded_digest IS NOT NULL THEN u.local_originals::text[]
+                                                        ELSE COALESCE(u.local_originals::text[], r.receipt_original_transaction_ids) END,
+                receipt_decoded_digest = CASE WHEN r.xmin::text = u.row_version THEN u.decoded_digest
+                                              ELSE r.receipt_decoded_digest END,
                 ledger_original_transaction_ids = CASE WHEN r.xmin::text = u.row_version
                                                        THEN COALESCE(u.ledger_originals::text[], r.ledger_original_transaction_ids)
                                                        ELSE r.ledger_original_transaction_ids END,
@@ -212,9 +223,10 @@ public struct ReconciliationStore: Sendable {
                         \(PostgresTextArray(updates.map(\.localBundleId)))::text[],
                         \(PostgresTextArray(updates.map { $0.localOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[],
                         \(PostgresTextArray(updates.map(\.ledgerDigest)))::bigint[],
-                        \(PostgresTextArray(updates.map { $0.ledgerOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[])
+                        \(PostgresTextArray(updates.map { $0.ledgerOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[],
+                        \(PostgresTextArray(updates.map(\.localDecodeDigest)))::bigint[])
                 AS u(id, row_version, environment, verified_at, status, next_attempt_at, attempts, outcome, latest_receipt,
-                     local_bundle_id, local_originals, ledger_digest, ledger_originals)
+                     local_bundle_id, local_originals, ledger_digest, ledger_originals, decoded_digest)
             WHERE r.id = u.id
             """)
     }

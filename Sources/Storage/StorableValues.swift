@@ -1,3 +1,4 @@
+import Hashing
 import AppStoreModels
 import Foundation
 
@@ -97,5 +98,12 @@ public struct LocalReceipt: Sendable, Equatable {
     public init(bundleId: String?, originals: [String]) {
         self.bundleId = bundleId
         self.originals = originals
+    }
+
+    /// Names the blob a stored decode came from (`receipt_decoded_digest`): FNV-1a of its text.
+    public static func digest(ofBlob blob: String) -> Int64 {
+        var hash = FNV1a()
+        hash.combine(blob)
+        return Int64(bitPattern: hash.value)
     }
 }

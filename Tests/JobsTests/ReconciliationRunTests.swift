@@ -324,6 +324,49 @@ import TestSupport
             #expect(try await world.entitlements().keys.sorted() == ["pure/lifetime"])
         }
     }
+
+    /// A run stores the decode with the digest of the blob it came from, and the next run reads it
+    /// from there while the blob is the same; a blob written anew is decoded anew.
+    @Test func aStoredDecodeIsReadAgainOnlyForTheSameBlob() async throws {
+        let blob = String(decoding: try Fixtures.bytes("receipts/tpinappreceipt-receipt-production.b64"), as: UTF8.self)
+            .filter { !$0.isWhitespace }
+        let answer: [String: Any] = ["generate": [
+            "bundle_id": "org.getpure.pure-iphone", "purchases": [["product_id": "lifetime", "transaction_id": "42"]]]]
+        // The same receipt, as the app server might store it again: wrapped at 76 characters.
+        let wrapped = stride(from: 0, to: blob.count, by: 76).map { start in
+            String(blob.dropFirst(start).prefix(76))
+        }.joined(separator: "\n")
+        try await RunWorld.with("decodedigest", scenario: ["receipts": [blob: answer, wrapped: answer]]) { world in
+            try await world.addReceipt("pure", blob)
+            var options = world.options(selection: .due(staleAfter: .zero))
+            options.bundleIds = ["org.getpure.pure-iphone"]
+            _ = try await world.run(options)
+            let digest = try await world.connection.query("SELECT receipt_decoded_digest AS d FROM iap.app_receipts")[0]
+                .decode("d", as: Int64?.self)
+            #expect(digest == LocalReceipt.digest(ofBlob: blob))
+
+            // The stored decode is what the next run reads: a bundle id written over it by hand
+            // (the blob untouched) is what the bundle check sees.
+            try await world.connection.execute("UPDATE iap.app_receipts SET receipt_bundle_id = 'com.example.elsewhere'")
+            let (reread, _) = try await world.run(options)
+            #expect(reread.bundleMismatches.count == 1, "\(reread.bundleMismatches)")
+
+            // A blob written anew is decoded anew, and the decode describes it.
+            // (The foreign bundle deferred the receipt: due again now, as for a new purchase.)
+            try await world.connection.execute("UPDATE iap.app_receipts SET latest_receipt = \(wrapped), next_attempt_at = NULL")
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome <> 'verified'") == 1)
+            let (decoded, _) = try await world.run(options)
+            #expect(decoded.accountsProcessed == 1)
+            #expect(decoded.bundleMismatches.isEmpty, "\(decoded.bundleMismatches)")
+            let row = try await world.connection.query("""
+                SELECT receipt_bundle_id, receipt_decoded_digest, array_to_string(receipt_original_transaction_ids, ',') AS originals
+                FROM iap.app_receipts
+                """)[0]
+            #expect(try row.decode("receipt_bundle_id", as: String?.self) == "org.getpure.pure-iphone")
+            #expect(try row.decode("originals", as: String?.self) == "340001196262039")
+            #expect(try row.decode("receipt_decoded_digest", as: Int64?.self) == LocalReceipt.digest(ofBlob: wrapped))
+        }
+    }
 }
 
 /// Every output writes a timestamp one way: ISO 8601, UTC, milliseconds, `Z` (issue 16; the
