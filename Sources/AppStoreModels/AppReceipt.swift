@@ -43,7 +43,8 @@ public struct AppReceipt: Sendable, Equatable, Encodable {
 }
 
 /// A receipt's bundle id and its purchases' original transaction ids (the transaction id where
-/// the original is absent), first seen first: what a run reads of a receipt locally.
+/// the original is absent), first seen first: what a run reads of a receipt locally. Recorded on
+/// the receipt row and checked against the app's bundle ids; never used to grant or revoke.
 public struct ReceiptIdentifiers: Sendable, Equatable {
     public var bundleId: String?
     public var originalTransactionIds: [String]

@@ -126,8 +126,8 @@ struct AccountProcessor: Sendable {
             latestReceipt: nil)
         if let local, StorableValues.problem(in: local) == nil {
             update.localBundleId = local.bundleId
-            update.localOriginalTransactionIds = local.originals
-            update.localDecodeDigest = LocalReceipt.digest(ofBlob: receipt.latestReceipt)
+            update.localOriginalTransactionIds = local.originalTransactionIds
+            update.localDecodeDigest = ReceiptIdentifiers.digest(ofBlob: receipt.latestReceipt)
         }
         switch outcome.result {
         case .verified, .verifiedSignedData:

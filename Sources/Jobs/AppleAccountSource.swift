@@ -18,7 +18,7 @@ protocol AppleAccountSource: Sendable {
 struct ReceiptVerification: Sendable {
     var receipt: StoredReceipt
     /// The receipt's local decode; nil when it is no receipt the decoder reads.
-    var local: LocalReceipt?
+    var local: ReceiptIdentifiers?
     /// How the verification ended: what the receipt row and the report record.
     var outcome: VerificationOutcome
     /// Apple's facts, when it verified.
@@ -60,19 +60,14 @@ struct VerifyReceiptSource: AppleAccountSource {
     /// What the local decode of a stored receipt says (it informs the report and the bundle check;
     /// it never grants): the decode a run stored for this very blob, else the blob decoded now;
     /// nil for a blob too large to read or no receipt this decoder reads.
-    static func localDecode(_ receipt: StoredReceipt) -> LocalReceipt? {
+    static func localDecode(_ receipt: StoredReceipt) -> ReceiptIdentifiers? {
         guard receipt.oversizeBytes == nil else { return nil }
-        return receipt.storedLocalDecode ?? localDecode(receipt.latestReceipt)
-    }
-
-    static func localDecode(_ blob: String) -> LocalReceipt? {
-        guard let found = try? ReceiptDecoder.identifiers(Array(blob.utf8)) else { return nil }
-        return LocalReceipt(bundleId: found.bundleId, originals: found.originalTransactionIds)
+        return receipt.storedLocalDecode ?? (try? ReceiptDecoder.identifiers(Array(receipt.latestReceipt.utf8)))
     }
 
     /// Asks Apple about one receipt, unless the local decode already shows it cannot count, and
     /// holds the answer to the app's bundle ids and to what PostgreSQL can store.
-    private func verify(_ receipt: StoredReceipt, local: LocalReceipt?, accountId: String,
+    private func verify(_ receipt: StoredReceipt, local: ReceiptIdentifiers?, accountId: String,
                         counts: inout AccountOutcomeCounts) async -> VerificationOutcome {
         let expected = options.bundleIds.isEmpty ? Set([receipt.bundleId].compactMap { $0 }.filter { !$0.isEmpty }) : options.bundleIds
         func foreign(_ bundle: String, source: String) -> VerificationOutcome.Result? {

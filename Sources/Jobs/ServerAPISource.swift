@@ -28,14 +28,14 @@ struct ServerAPISource: AppleAccountSource {
     /// when given, is the local decode of each receipt in order, already made (the decode is the
     /// largest CPU cost of an account: it is not made twice).
     func verify(
-        _ work: AccountWork, counts: inout AccountOutcomeCounts, knownOriginals: [String], decoded: [LocalReceipt?]?
+        _ work: AccountWork, counts: inout AccountOutcomeCounts, knownOriginals: [String], decoded: [ReceiptIdentifiers?]?
     ) async -> [ReceiptVerification] {
-        var receipts: [(StoredReceipt, LocalReceipt?)] = []
+        var receipts: [(StoredReceipt, ReceiptIdentifiers?)] = []
         var originals: [String] = work.stored.map(\.originalTransactionId) + knownOriginals
         for (index, receipt) in work.receipts.enumerated() {
             let local = decoded.map { $0[index] } ?? VerifyReceiptSource.localDecode(receipt)
             receipts.append((receipt, local))
-            originals += receipt.knownOriginalTransactionIds + (local?.originals ?? [])
+            originals += receipt.knownOriginalTransactionIds + (local?.originalTransactionIds ?? [])
         }
         var seen = Set<String>()
         originals = originals.filter { !$0.isEmpty && seen.insert($0).inserted }

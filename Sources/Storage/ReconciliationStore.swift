@@ -132,10 +132,10 @@ public struct ReconciliationStore: Sendable {
                 ledgerDigest: try row.decode("ledger_digest"), oversizeBytes: try row.decode("oversize_bytes"),
                 knownOriginalTransactionIds: (try row.decode("known_originals", as: String?.self) ?? "").split(separator: " ").map(String.init))
             if let digest: Int64 = try row.decode("receipt_decoded_digest"), !receipt.latestReceipt.isEmpty,
-               digest == LocalReceipt.digest(ofBlob: receipt.latestReceipt) {
-                receipt.storedLocalDecode = LocalReceipt(
+               digest == ReceiptIdentifiers.digest(ofBlob: receipt.latestReceipt) {
+                receipt.storedLocalDecode = ReceiptIdentifiers(
                     bundleId: try row.decode("receipt_bundle_id"),
-                    originals: (try row.decode("receipt_originals", as: String?.self) ?? "").split(separator: " ").map(String.init))
+                    originalTransactionIds: (try row.decode("receipt_originals", as: String?.self) ?? "").split(separator: " ").map(String.init))
             }
             result[receipt.accountId, default: []].append(receipt)
         }

@@ -83,23 +83,13 @@ public enum StorableValues {
     }
 
     /// The first value of a local decode that the receipt row could not store.
-    public static func problem(in local: LocalReceipt) -> String? {
+    public static func problem(in local: ReceiptIdentifiers) -> String? {
         problem(text: local.bundleId, field: "the bundle id")
-            ?? local.originals.lazy.compactMap { problem(text: $0, field: "an original transaction id") }.first
+            ?? local.originalTransactionIds.lazy.compactMap { problem(text: $0, field: "an original transaction id") }.first
     }
 }
 
-/// What the local decode of a stored blob says: recorded on the receipt row, checked against the
-/// app's bundle ids; never used to grant or revoke.
-public struct LocalReceipt: Sendable, Equatable {
-    public var bundleId: String?
-    public var originals: [String]
-
-    public init(bundleId: String?, originals: [String]) {
-        self.bundleId = bundleId
-        self.originals = originals
-    }
-
+extension ReceiptIdentifiers {
     /// Names the blob a stored decode came from (`receipt_decoded_digest`): FNV-1a of its text.
     public static func digest(ofBlob blob: String) -> Int64 {
         var hash = FNV1a()

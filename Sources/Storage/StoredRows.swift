@@ -26,7 +26,7 @@ public struct StoredReceipt: Sendable {
     public var knownOriginalTransactionIds: [String] = []
     /// The local decode a run stored for this very blob (its digest matches): no need to decode
     /// it again. Nil when the blob changed since, or was never decoded.
-    public var storedLocalDecode: LocalReceipt?
+    public var storedLocalDecode: ReceiptIdentifiers?
 
     public init(id: Int64, accountId: String, bundleId: String? = nil, latestReceipt: String,
                 environment: AppleEnvironment? = nil, attempts: Int = 0, rowVersion: String = "", ledgerDigest: Int64? = nil,
@@ -61,7 +61,7 @@ public struct ReceiptUpdate: Sendable {
     /// From the local decode of the blob, when it decoded.
     public var localBundleId: String?
     public var localOriginalTransactionIds: [String]?
-    /// `LocalReceipt.digest` of the blob those two come from; nil when they were not stored.
+    /// `ReceiptIdentifiers.digest` of the blob those two come from; nil when they were not stored.
     public var localDecodeDigest: Int64?
     /// The account's ledger digest when all its receipts verified; nil clears it.
     public var ledgerDigest: Int64?

@@ -343,7 +343,7 @@ import TestSupport
             _ = try await world.run(options)
             let digest = try await world.connection.query("SELECT receipt_decoded_digest AS d FROM iap.app_receipts")[0]
                 .decode("d", as: Int64?.self)
-            #expect(digest == LocalReceipt.digest(ofBlob: blob))
+            #expect(digest == ReceiptIdentifiers.digest(ofBlob: blob))
 
             // The stored decode is what the next run reads: a bundle id written over it by hand
             // (the blob untouched) is what the bundle check sees.
@@ -364,7 +364,7 @@ import TestSupport
                 """)[0]
             #expect(try row.decode("receipt_bundle_id", as: String?.self) == "org.getpure.pure-iphone")
             #expect(try row.decode("originals", as: String?.self) == "340001196262039")
-            #expect(try row.decode("receipt_decoded_digest", as: Int64?.self) == LocalReceipt.digest(ofBlob: wrapped))
+            #expect(try row.decode("receipt_decoded_digest", as: Int64?.self) == ReceiptIdentifiers.digest(ofBlob: wrapped))
         }
     }
 }
