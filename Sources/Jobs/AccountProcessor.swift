@@ -127,7 +127,7 @@ struct AccountProcessor: Sendable {
         if let local, StorableValues.problem(in: local) == nil {
             update.localBundleId = local.bundleId
             update.localOriginalTransactionIds = local.originalTransactionIds
-            update.localDecodeDigest = ReceiptIdentifiers.digest(ofBlob: receipt.latestReceipt)
+            update.localDecodeDigest = receipt.blobDigest
         }
         switch outcome.result {
         case .verified, .verifiedSignedData:

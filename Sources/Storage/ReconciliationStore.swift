@@ -131,8 +131,7 @@ public struct ReconciliationStore: Sendable {
                 attempts: try row.decode("attempts"), rowVersion: try row.decode("row_version"),
                 ledgerDigest: try row.decode("ledger_digest"), oversizeBytes: try row.decode("oversize_bytes"),
                 knownOriginalTransactionIds: (try row.decode("known_originals", as: String?.self) ?? "").split(separator: " ").map(String.init))
-            if let digest: Int64 = try row.decode("receipt_decoded_digest"), !receipt.latestReceipt.isEmpty,
-               digest == ReceiptIdentifiers.digest(ofBlob: receipt.latestReceipt) {
+            if let digest: Int64 = try row.decode("receipt_decoded_digest"), digest == receipt.blobDigest {
                 receipt.storedLocalDecode = ReceiptIdentifiers(
                     bundleId: try row.decode("receipt_bundle_id"),
                     originalTransactionIds: (try row.decode("receipt_originals", as: String?.self) ?? "").split(separator: " ").map(String.init))

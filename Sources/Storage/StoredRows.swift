@@ -10,7 +10,10 @@ public struct StoredReceipt: Sendable {
     public var id: Int64
     public var accountId: String
     public var bundleId: String?
-    public var latestReceipt: String
+    public let latestReceipt: String
+    /// `ReceiptIdentifiers.digest` of `latestReceipt` (nil when it was too large to read): what
+    /// a stored decode is matched against, and stored with a new one.
+    public let blobDigest: Int64?
     public var environment: AppleEnvironment?
     /// Failed attempts since the last answer.
     public var attempts: Int
@@ -37,6 +40,7 @@ public struct StoredReceipt: Sendable {
         self.accountId = accountId
         self.bundleId = bundleId
         self.latestReceipt = latestReceipt
+        self.blobDigest = latestReceipt.isEmpty ? nil : ReceiptIdentifiers.digest(ofBlob: latestReceipt)
         self.environment = environment
         self.attempts = attempts
         self.rowVersion = rowVersion
