@@ -1,24 +1,47 @@
 import Foundation
+import Synchronization
 
 /// `receipt-reconciler` run as a real process, the way cron runs it.
+///
+/// Its stdout and stderr are drained from the start, each on a thread of its own: a chatty run
+/// never blocks on a full pipe while the test waits for something else, and no thread of Swift's
+/// cooperative pool (two on a two-core machine) is ever held in a blocking read.
 public final class CLIProcess: @unchecked Sendable {
-    // `process` is only touched through its own thread-safe API; the pipes are read once at exit.
+    // `process` is only touched through its own thread-safe API.
     public let process = Process()
-    private let output = Pipe()
-    private let errors = Pipe()
-    private var collected: (stdout: String, stderr: String)?
+    private let stdout: PipeDrain
+    private let stderr: PipeDrain
 
-    public init(_ arguments: [String], environment: [String: String]) throws {
-        process.executableURL = TestPaths.binaries.appending(path: "receipt-reconciler")
-        process.arguments = arguments
+    /// `parentBlocksNoSignal`: started as a shell or cron starts it, with no signal blocked. By
+    /// default it inherits the mask of the test thread that starts it, which blocks every signal.
+    public init(_ arguments: [String], environment: [String: String], parentBlocksNoSignal: Bool = false) throws {
+        let binary = TestPaths.binaries.appending(path: "receipt-reconciler")
+        if parentBlocksNoSignal {
+            // Python clears the mask and becomes the CLI (exec keeps the pid the test signals).
+            let script = """
+                import os, signal, sys
+                signal.pthread_sigmask(signal.SIG_SETMASK, [])
+                signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+                os.execv(sys.argv[1], sys.argv[1:])
+                """
+            process.executableURL = URL(filePath: "/usr/bin/env")
+            process.arguments = ["python3", "-c", script, binary.path] + arguments
+        } else {
+            process.executableURL = binary
+            process.arguments = arguments
+        }
         var merged = ProcessInfo.processInfo.environment
         for key in ["DATABASE_URL", "APPLE_SHARED_SECRET", "APPLE_PRODUCTION_URL", "APPLE_SANDBOX_URL"] { merged[key] = nil }
         merged.merge(environment) { $1 }
         process.environment = merged
+        let output = Pipe()
+        let errors = Pipe()
         process.standardOutput = output
         process.standardError = errors
         process.standardInput = FileHandle.nullDevice
         try process.run()
+        stdout = PipeDrain(output.fileHandleForReading)
+        stderr = PipeDrain(errors.fileHandleForReading)
     }
 
     /// Runs to the end and returns the exit status with everything printed.
@@ -27,16 +50,49 @@ public final class CLIProcess: @unchecked Sendable {
         return try await cli.wait()
     }
 
+    /// What it printed on stdout so far.
+    public var standardOutputSoFar: String { stdout.text }
+
     public func signal(_ number: Int32) {
         kill(process.processIdentifier, number)
     }
 
-    public func wait() async throws -> (status: Int32, stdout: String, stderr: String) {
-        // Read the pipes while waiting, so a chatty process never blocks on a full pipe.
-        async let out = Task.detached { [output] in String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }.value
-        async let err = Task.detached { [errors] in String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }.value
-        let (stdout, stderr) = await (out, err)
-        while process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
-        return (process.terminationStatus, stdout, stderr)
+    /// Waits for the process to end and returns its status and output. A process still running
+    /// after `timeout` is killed and the wait fails with the end of what it printed: a stuck run
+    /// fails its test by name instead of hanging the whole suite.
+    public func wait(timeout: Duration = .seconds(600)) async throws -> (status: Int32, stdout: String, stderr: String) {
+        let deadline = ContinuousClock.now + timeout
+        while !(stdout.isFinished && stderr.isFinished) || process.isRunning {
+            guard ContinuousClock.now < deadline else {
+                kill(process.processIdentifier, SIGKILL)
+                throw TestSetupError(description: """
+                    \(process.arguments?.first ?? "the CLI") still running after \(timeout); killed. Its stderr ended with: \
+                    \(stderr.text.suffix(3000))
+                    """)
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return (process.terminationStatus, stdout.text, stderr.text)
     }
+}
+
+/// Reads a pipe to its end on a thread of its own.
+final class PipeDrain: Sendable {
+    private let state = Mutex<(bytes: Data, finished: Bool)>((Data(), false))
+
+    init(_ handle: FileHandle) {
+        let thread = Thread { [self] in
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                state.withLock { $0.bytes.append(chunk) }
+            }
+            try? handle.close()
+            state.withLock { $0.finished = true }
+        }
+        thread.start()
+    }
+
+    var isFinished: Bool { state.withLock { $0.finished } }
+    var text: String { state.withLock { String(decoding: $0.bytes, as: UTF8.self) } }
 }

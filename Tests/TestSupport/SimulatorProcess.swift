@@ -44,8 +44,10 @@ public final class SimulatorProcess: @unchecked Sendable {
     deinit { stop() }
 
     public func stop() {
+        // Its stdin closing ends it; SIGKILL makes sure (it holds nothing worth a clean stop).
+        try? lifeline.fileHandleForWriting.close()
         if process.isRunning {
-            process.terminate()
+            kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
         try? FileManager.default.removeItem(at: scenarioFile)
@@ -80,10 +82,28 @@ func startServer(_ process: Process, lifeline: Pipe, name: String) throws -> Str
     process.standardError = FileHandle.nullDevice
     process.standardInput = lifeline
     try process.run()
+    do {
+        return try readLine(output.fileHandleForReading, from: name)
+    } catch {
+        kill(process.processIdentifier, SIGKILL)
+        throw error
+    }
+}
+
+/// The next line `name` prints on `handle`, waiting at most `timeout`: a server that never
+/// answers fails its test by name instead of holding a thread of the cooperative pool forever.
+func readLine(_ handle: FileHandle, from name: String, timeout: Duration = .seconds(120)) throws -> String {
+    let deadline = ContinuousClock.now + timeout
     var line = Data()
     while !line.contains(10) {
-        let chunk = output.fileHandleForReading.availableData
-        if chunk.isEmpty { throw TestSetupError(description: "\(name) exited before listening") }
+        let left = deadline - ContinuousClock.now
+        var ready = pollfd(fd: handle.fileDescriptor, events: Int16(POLLIN), revents: 0)
+        let milliseconds = max(0, Int32(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000))
+        let polled = poll(&ready, 1, milliseconds)
+        if polled < 0 && errno == EINTR { continue }
+        guard polled > 0 else { throw TestSetupError(description: "\(name) printed no line within \(timeout)") }
+        let chunk = handle.availableData
+        if chunk.isEmpty { throw TestSetupError(description: "\(name) exited before printing a line") }
         line.append(chunk)
     }
     return String(decoding: line, as: UTF8.self)

@@ -61,12 +61,7 @@ public final class TCPCutter: @unchecked Sendable {
         try lifeline.fileHandleForWriting.write(contentsOf: Data("cut\n".utf8))
         // The relay answers "cut" once it has reset them; its first line (the port) was read already.
         let output = process.standardOutput as! Pipe
-        var line = Data()
-        while !line.contains(10) {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { throw TestSetupError(description: "the TCP relay exited") }
-            line.append(chunk)
-        }
+        _ = try readLine(output.fileHandleForReading, from: "the TCP relay")
     }
 
     public func stop() {
