@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Postgres
+import Reconciliation
 import ReportOutput
 import Storage
 
@@ -50,9 +51,12 @@ struct ExportFinanceCommand: AsyncParsableCommand {
             let connection = try await PostgresConnection.connect(try database.connectionString())
             let sink = try CSVSink(path: output)
             do {
-                let rows = try await FinanceExport.export(
-                    connection: connection, from: parseTime(from)!, to: parseTime(to)!, includeSandbox: includeSandbox,
-                    formulaSafe: !rawCells, write: sink.write)
+                try sink.write(CSV.row(FinanceReport.columns))
+                let rows = try await FinanceLedger.forEachEvent(
+                    connection: connection, from: parseTime(from)!, to: parseTime(to)!, includeSandbox: includeSandbox
+                ) { event in
+                    try sink.write(CSV.row(FinanceReport.fields(event), formulaSafe: !rawCells))
+                }
                 try sink.commit()
                 logger.info("finance.exported", metadata: ["finance.rows": "\(rows)", "finance.output": "\(output ?? "stdout")"])
             } catch {

@@ -3,26 +3,16 @@ import Foundation
 import Postgres
 import Reconciliation
 
-/// The finance audit CSV (contract section 7), streamed from the ledger through a cursor so a
-/// year of a large app exports in bounded memory.
-public enum FinanceExport {
-    public static let columns = [
-        "event", "event_time", "account_id", "product_id", "product_type", "transaction_id", "original_transaction_id",
-        "web_order_line_item_id", "purchase_date", "expires_date", "cancellation_date", "cancellation_reason", "quantity",
-        "is_trial_period", "is_in_intro_offer_period", "offer_code_ref_name", "promotional_offer_id", "ownership_type",
-        "environment", "price", "currency",
-    ]
-
+/// The ledger's finance events (contract section 7), streamed through a cursor so a year of a
+/// large app exports in bounded memory. The CSV they become is `FinanceReport`'s.
+public enum FinanceLedger {
     /// Events in `[from, to)`: `purchase` (transaction_id = original_transaction_id), `renewal`
     /// (the other transactions of subscriptions), `refund` (cancellation in the period, reason 0
-    /// or 1, not an upgrade). Ordered by event time, then transaction id. `write` gets CSV text in
-    /// chunks, header first.
-    public static func export(
-        connection: PostgresConnection, from: Date, to: Date, includeSandbox: Bool, formulaSafe: Bool = true,
-        write: (String) throws -> Void
+    /// or 1, not an upgrade). Ordered by event time, then transaction id. Returns how many.
+    public static func forEachEvent(
+        connection: PostgresConnection, from: Date, to: Date, includeSandbox: Bool, _ body: (FinanceEvent) throws -> Void
     ) async throws -> Int {
         var rows = 0
-        var buffer = CSV.row(columns)
         try await connection.withCursor("""
             WITH ledger AS (
                 SELECT t.*, COALESCE(p.type, CASE WHEN t.expires_date IS NOT NULL THEN 'auto_renewable' ELSE 'non_consumable' END)
@@ -54,28 +44,27 @@ public enum FinanceExport {
             """, fetchSize: 5_000) { cursor in
             for try await batch in cursor {
                 for row in batch {
-                    buffer += CSV.row(try fields(row), formulaSafe: formulaSafe)
+                    try body(try event(row))
                     rows += 1
                 }
-                try write(buffer)
-                buffer = ""
             }
         }
-        if !buffer.isEmpty { try write(buffer) }
         return rows
     }
 
-    static func fields(_ row: PostgresRow) throws -> [String?] {
-        func time(_ column: String) throws -> String? { try row.decode(column, as: Date?.self).map { Timestamp.format($0) } }
-        func flag(_ column: String) throws -> String? { try row.decode(column, as: Bool?.self).map { $0 ? "true" : "false" } }
-        func text(_ column: String) throws -> String? { try row.decode(column, as: String?.self) }
-        return [
-            try text("event"), try time("event_time"), try text("account_id"), try text("product_id"), try text("product_type"),
-            try text("transaction_id"), try text("original_transaction_id"), try text("web_order_line_item_id"),
-            try time("purchase_date"), try time("expires_date"), try time("cancellation_date"), try text("cancellation_reason"),
-            try text("quantity"), try flag("is_trial_period"), try flag("is_in_intro_offer_period"), try text("offer_code_ref_name"),
-            try text("promotional_offer_id"), try text("ownership_type"), try text("environment"), try text("price"),
-            try text("currency"),
-        ]
+    static func event(_ row: PostgresRow) throws -> FinanceEvent {
+        guard let kind = FinanceEvent.Kind(rawValue: try row.decode("event")) else {
+            throw PostgresError(code: .decoding, phase: .decode, message: "unknown finance event", column: "event")
+        }
+        return FinanceEvent(
+            kind: kind, time: try row.decode("event_time"), accountId: try row.decode("account_id"), productId: try row.decode("product_id"),
+            productType: try row.decode("product_type"), transactionId: try row.decode("transaction_id"),
+            originalTransactionId: try row.decode("original_transaction_id"), webOrderLineItemId: try row.decode("web_order_line_item_id"),
+            purchaseDate: try row.decode("purchase_date"), expiresDate: try row.decode("expires_date"),
+            cancellationDate: try row.decode("cancellation_date"), cancellationReason: try row.decode("cancellation_reason"),
+            quantity: try row.decode("quantity"), isTrialPeriod: try row.decode("is_trial_period"),
+            isInIntroOfferPeriod: try row.decode("is_in_intro_offer_period"), offerCodeRefName: try row.decode("offer_code_ref_name"),
+            promotionalOfferId: try row.decode("promotional_offer_id"), ownershipType: try row.decode("ownership_type"),
+            environment: try row.decode("environment"), price: try row.decode("price"), currency: try row.decode("currency"))
     }
 }

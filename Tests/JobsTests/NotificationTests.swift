@@ -52,11 +52,12 @@ import TestSupport
             #expect(try notification[0].decode("account_id", as: String?.self) == "gamer")
             #expect(try notification[0].decode("run_id", as: Int64?.self) == summary.runId)
             // The refund is in the finance export; the answer without the consumable did not clear it.
-            var csv = ""
-            _ = try await FinanceExport.export(connection: world.connection, from: Date().addingTimeInterval(-86_400),
-                                               to: Date().addingTimeInterval(86_400), includeSandbox: false) { csv += $0 }
-            #expect(csv.contains("refund,"))
-            #expect(csv.contains(",gamer,coins.100,consumable,91,91,"))
+            var events: [FinanceEvent] = []
+            _ = try await FinanceLedger.forEachEvent(connection: world.connection, from: Date().addingTimeInterval(-86_400),
+                                                     to: Date().addingTimeInterval(86_400), includeSandbox: false) { events.append($0) }
+            let refund = try #require(events.first { $0.kind == .refund })
+            #expect([refund.accountId, refund.productId, refund.productType, refund.transactionId] == ["gamer", "coins.100", "consumable", "91"])
+            #expect(refund.originalTransactionId == "91")
             // Processing again changes nothing.
             let (second, _) = try await world.run(world.options())
             #expect(second.notifications.isEmpty)

@@ -82,12 +82,12 @@ import TestSupport
             #expect(try notification.decode("outcome", as: String?.self) == "applied")
             #expect(try notification.decode("account_id", as: String?.self) == "gamer")
             // The refund is in the finance CSV with the transaction's own price (no catalog entry exists).
-            var csv = ""
-            _ = try await FinanceExport.export(connection: world.connection, from: Date().addingTimeInterval(-86_400),
-                                               to: Date().addingTimeInterval(86_400), includeSandbox: false) { csv += $0 }
-            let refund = try #require(csv.components(separatedBy: "\r\n").first { $0.hasPrefix("refund,") })
-            #expect(refund.contains(",gamer,coins.100,"))
-            #expect(refund.hasSuffix(",Production,0.99,EUR"))
+            var events: [FinanceEvent] = []
+            _ = try await FinanceLedger.forEachEvent(connection: world.connection, from: Date().addingTimeInterval(-86_400),
+                                                     to: Date().addingTimeInterval(86_400), includeSandbox: false) { events.append($0) }
+            let refund = try #require(events.first { $0.kind == .refund })
+            #expect([refund.accountId, refund.productId] == ["gamer", "coins.100"])
+            #expect([refund.environment, refund.price, refund.currency] == ["Production", "0.99", "EUR"])
             // The same run re-verified the account with Apple.
             #expect(summary.accountsProcessed == 1)
         }

@@ -1,3 +1,4 @@
+import Foundation
 import Reconciliation
 import Testing
 
@@ -32,5 +33,25 @@ import Testing
     @Test func aRowEndsInCRLF() {
         #expect(CSV.row(["=1", "2", nil]) == "'=1,2,\r\n")
         #expect(CSV.row(["=1", "2", nil], formulaSafe: false) == "=1,2,\r\n")
+    }
+}
+
+/// The finance CSV's cells for one event: every column in the contract's order, dates in the
+/// one timestamp format, flags and numbers as text, absent values empty.
+@Suite struct FinanceReportTests {
+    @Test func anEventBecomesItsCellsInTheContractsOrder() {
+        let refund = FinanceEvent(
+            kind: .refund, time: Date(timeIntervalSince1970: 1_763_199_000.5), accountId: "carol", productId: "lifetime",
+            productType: "non_consumable", transactionId: "3000", originalTransactionId: "3000", webOrderLineItemId: nil,
+            purchaseDate: Date(timeIntervalSince1970: 1_762_000_000), expiresDate: nil,
+            cancellationDate: Date(timeIntervalSince1970: 1_763_199_000.5), cancellationReason: 1, quantity: 1,
+            isTrialPeriod: false, isInIntroOfferPeriod: nil, offerCodeRefName: nil, promotionalOfferId: nil,
+            ownershipType: "PURCHASED", environment: "Production", price: "49.99", currency: "USD")
+        #expect(FinanceReport.columns.count == 21)
+        #expect(FinanceReport.fields(refund) == [
+            "refund", "2025-11-15T09:30:00.500Z", "carol", "lifetime", "non_consumable", "3000", "3000", nil,
+            "2025-11-01T12:26:40.000Z", nil, "2025-11-15T09:30:00.500Z", "1", "1", "false", nil, nil, nil, "PURCHASED",
+            "Production", "49.99", "USD",
+        ])
     }
 }

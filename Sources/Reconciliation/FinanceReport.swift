@@ -1,0 +1,25 @@
+import CivilCalendar
+import Foundation
+
+/// The finance audit CSV's columns and cells (contract section 7): what `export-finance` writes
+/// for each `FinanceEvent`, in this order.
+public enum FinanceReport {
+    public static let columns = [
+        "event", "event_time", "account_id", "product_id", "product_type", "transaction_id", "original_transaction_id",
+        "web_order_line_item_id", "purchase_date", "expires_date", "cancellation_date", "cancellation_reason", "quantity",
+        "is_trial_period", "is_in_intro_offer_period", "offer_code_ref_name", "promotional_offer_id", "ownership_type",
+        "environment", "price", "currency",
+    ]
+
+    public static func fields(_ event: FinanceEvent) -> [String?] {
+        func flag(_ value: Bool?) -> String? { value.map { $0 ? "true" : "false" } }
+        func time(_ value: Date?) -> String? { value.map { Timestamp.format($0) } }
+        return [
+            event.kind.rawValue, Timestamp.format(event.time), event.accountId, event.productId, event.productType,
+            event.transactionId, event.originalTransactionId, event.webOrderLineItemId, time(event.purchaseDate),
+            time(event.expiresDate), time(event.cancellationDate), event.cancellationReason.map(String.init),
+            event.quantity.map(String.init), flag(event.isTrialPeriod), flag(event.isInIntroOfferPeriod), event.offerCodeRefName,
+            event.promotionalOfferId, event.ownershipType, event.environment, event.price, event.currency,
+        ]
+    }
+}
