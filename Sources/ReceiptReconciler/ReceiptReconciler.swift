@@ -2,7 +2,6 @@ import ArgumentParser
 import Foundation
 
 /// receipt-reconciler: keeps in-app-purchase entitlements true to what Apple says.
-@main
 struct ReceiptReconciler: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "receipt-reconciler",
@@ -24,8 +23,6 @@ struct ReceiptReconciler: AsyncParsableCommand {
 
     /// ArgumentParser's own `main`, but bad usage exits 2, as the contract says (not 64).
     static func main() async {
-        disableCoreDumps()
-        unblockStopSignals()
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? AsyncParsableCommand {

@@ -121,39 +121,11 @@ func disableCoreDumps() {
     _ = setrlimit(Int32(RLIMIT_CORE.rawValue), &none)
 }
 
-/// Lets SIGTERM and SIGINT reach this process even when its parent started it with them blocked
-/// (a blocked mask is inherited across exec; a test runner's worker threads block every signal):
-/// `systemctl stop`, `kubectl delete` and Ctrl-C must always be heard. Done first thing in `main`.
-func unblockStopSignals() {
-    var signals = sigset_t()
-    sigemptyset(&signals)
-    sigaddset(&signals, SIGTERM)
-    sigaddset(&signals, SIGINT)
-    _ = pthread_sigmask(SIG_UNBLOCK, &signals, nil)
-}
-
-/// The last stop signal received (0: none). Atomic: written by the signal handler, read by the watcher.
-let stopSignal = Atomic<Int32>(0)
-
-/// Catches SIGTERM and SIGINT into `stopSignal` instead of ending the process.
-///
-/// Tried and not kept: DispatchSource signal sources, and a handler writing to a pipe read by a
-/// thread of its own. Both work in the plain build; under the thread sanitizer, which holds
-/// signals back until a thread reaches a point it chooses, the first never saw SIGTERM and the
-/// second saw it only as the process ended, so the sanitized SIGTERM test failed. A flag the
-/// handler sets and a watcher reads every 50 ms works in both.
-func installStopSignalHandler() {
-    var action = sigaction()
-    action.__sigaction_handler.sa_handler = { number in stopSignal.store(number, ordering: .relaxed) }
-    sigemptyset(&action.sa_mask)
-    action.sa_flags = SA_RESTART
-    sigaction(SIGTERM, &action, nil)
-    sigaction(SIGINT, &action, nil)
-}
-
 /// Connects, runs, reports, and maps the ending to the contract's exit status.
 func executeRun(_ options: RunOptions, common: RunCommandOptions, database: DatabaseOptions, logger: Logger) async throws {
-    installStopSignalHandler()
+    // From here on SIGTERM and SIGINT ask the run to stop; before, they end the process, which is
+    // safe: nothing was written yet.
+    let stopSignals = StopSignals.stream()
     raiseOpenFileLimit()
     let connectionString = try database.connectionString()
     let secret = try common.sharedSecret()
@@ -178,17 +150,10 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
         options: options, connections: connections, client: client, serverAPI: serverAPI, sharedSecret: secret, logger: logger)
 
     // SIGTERM and SIGINT: stop taking accounts, finish what is in flight, commit, end `interrupted`.
-    // The handler was installed first thing (a signal before that ends the process, which is
-    // safe: nothing was written yet); a watcher turns the flag into a request to the run.
     let watcher = Task {
-        while !Task.isCancelled {
-            let received = stopSignal.load(ordering: .relaxed)
-            if received != 0 {
-                logger.notice("run.stopping", metadata: ["run.signal": "\(received == SIGTERM ? "SIGTERM" : "SIGINT")"])
-                run.requestStop()
-                return
-            }
-            try? await Task.sleep(for: .milliseconds(50))
+        for await received in stopSignals {
+            logger.notice("run.stopping", metadata: ["run.signal": "\(received == SIGTERM ? "SIGTERM" : "SIGINT")"])
+            run.requestStop()
         }
     }
     defer { watcher.cancel() }

@@ -103,23 +103,24 @@ import TestSupport
         }
     }
 
-    @Test func sigtermFinishesInFlightWorkAndEndsInterrupted() async throws {
+    /// SIGTERM (systemd, Kubernetes) and SIGINT (Ctrl-C), from a parent that blocks every
+    /// signal (a test runner) and from one that blocks none (a shell, cron).
+    @Test(arguments: [(SIGTERM, false), (SIGTERM, true), (SIGINT, true)])
+    func aStopSignalFinishesInFlightWorkAndEndsInterrupted(signal: Int32, parentBlocksNoSignal: Bool) async throws {
         try await RunWorld.with("sigterm") { world in
-            // The sanitized build may hold the signal back for many seconds: a longer run there.
-            let accounts = isSanitizedRun ? 900 : 300
+            let accounts = 300
             try await Self.populate(world, count: accounts, latencyFault: 200)
             let cli = try CLIProcess(["run", "--concurrency", "4", "--batch-size", "10", "--report-dir", world.reportRoot.path],
-                                     environment: Self.environment(world))
-            // Signal once the run has committed its first batches, however slow the machine. Four
-            // in flight: the run lasts long enough for the thread sanitizer, which holds a signal
-            // back until a thread of its choosing reaches an intercepted call, to deliver it.
+                                     environment: Self.environment(world), parentBlocksNoSignal: parentBlocksNoSignal)
+            // Signal once the run has committed its first batches, however slow the machine.
             try await waitUntil("the run committed 30 accounts") {
                 try await world.count("SELECT COALESCE(max(accounts_processed), 0) FROM iap.reconciliation_runs") >= 30
             }
-            cli.signal(SIGTERM)
+            cli.signal(signal)
             let result = try await cli.wait()
             #expect(result.status == 1, "\(result.stderr.suffix(4000))")
             #expect(result.stdout.contains("interrupted"))
+            #expect(result.stderr.contains("run.signal=\(signal == SIGTERM ? "SIGTERM" : "SIGINT")"))
             let run = try await world.connection.query("SELECT status, accounts_processed FROM iap.reconciliation_runs")
             #expect(try run[0].decode("status", as: String.self) == "interrupted")
             let processed: Int = try run[0].decode("accounts_processed")
@@ -129,6 +130,16 @@ import TestSupport
             #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'planned'") == 0)
             #expect(try await world.count("SELECT count(DISTINCT account_id) FROM iap.corrections WHERE status = 'applied'") == processed)
         }
+    }
+
+    /// A command that does not handle stop signals (here the simulator) is ended by them, as any
+    /// process is, whether its parent blocked them or not.
+    @Test(arguments: [false, true]) func aCommandThatIsNotARunEndsBySIGTERM(parentBlocksNoSignal: Bool) async throws {
+        let cli = try CLIProcess(["simulate-apple", "--port", "0"], environment: [:], parentBlocksNoSignal: parentBlocksNoSignal)
+        try await waitUntil("the simulator listens") { cli.standardOutputSoFar.contains("\n") }
+        cli.signal(SIGTERM)
+        let ended = try await cli.wait(timeout: .seconds(60))
+        #expect(cli.process.terminationReason == .uncaughtSignal && ended.status == SIGTERM, "\(ended.stderr)")
     }
 
     @Test func sigkillThenRerunGivesExactlyTheCorrectionsOfAnUndisturbedRun() async throws {
