@@ -50,7 +50,10 @@ let package = Package(
 
         // Apple's data as values: the JSON models and their decoding, the local receipt decoder. No I/O,
         // no libcurl: the entitlement rules that read these cannot reach the network even by accident.
-        .target(name: "AppStoreModels", dependencies: ["CivilCalendar", .product(name: "SwiftASN1", package: "swift-asn1")]),
+        // Lifetimes: the JSON reader's values are ~Escapable, bound to the bytes they point into.
+        .target(
+            name: "AppStoreModels", dependencies: ["CivilCalendar", .product(name: "SwiftASN1", package: "swift-asn1")],
+            swiftSettings: [.enableExperimentalFeature("Lifetimes")]),
 
         // Apple's signed data (JWS) verified: the x5c chain to a trusted root with Apple's extension OIDs, the
         // ES256 signature, the app's claims. No I/O: bytes in, a verified payload or the check that failed out.

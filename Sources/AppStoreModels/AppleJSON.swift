@@ -12,10 +12,18 @@ import Darwin
 /// values it needs as byte ranges (`AppleJSONValue`), read later with Apple's tolerance; the
 /// members it does not know are skipped, but still checked, so malformed JSON anywhere is an
 /// error, as it was.
-struct AppleJSONReader {
+///
+/// The reader, its keys and its values point into the bytes being read, so all three are
+/// `~Escapable`, bound to the lifetime of the read (`DocumentLifetime`): the compiler refuses a
+/// value kept past `read`, stored in a property or returned from it.
+struct AppleJSONReader: ~Escapable {
     private let bytes: UnsafeBufferPointer<UInt8>
+    /// The read's scope: every key and value handed out inherits it.
+    private let lifetime: DocumentLifetime
     private var position: Int
     private var depth = 0
+    /// Set on entering an object: its first member comes without a comma.
+    private var expectsFirstItem = false
 
     /// Objects and arrays nest at most this deep: a hostile answer cannot exhaust the stack.
     static let maximumDepth = 64
@@ -24,7 +32,8 @@ struct AppleJSONReader {
     /// space may follow it. A UTF-8 byte order mark in front is skipped.
     static func read<Result>(_ body: some Collection<UInt8>, _ read: (inout AppleJSONReader) throws -> Result) throws -> Result {
         func run(_ buffer: UnsafeBufferPointer<UInt8>) throws -> Result {
-            var reader = AppleJSONReader(bytes: buffer, position: 0)
+            let document = Span(_unsafeElements: buffer)
+            var reader = AppleJSONReader(bytes: buffer, lifetime: DocumentLifetime(document))
             if buffer.count >= 3, buffer[0] == 0xEF, buffer[1] == 0xBB, buffer[2] == 0xBF { reader.position = 3 }
             let result = try read(&reader)
             reader.skipWhitespace()
@@ -35,26 +44,48 @@ struct AppleJSONReader {
         return try Array(body).withUnsafeBufferPointer(run)
     }
 
-    private init(bytes: UnsafeBufferPointer<UInt8>, position: Int) {
+    @_lifetime(copy lifetime)
+    private init(bytes: UnsafeBufferPointer<UInt8>, lifetime: DocumentLifetime) {
         self.bytes = bytes
-        self.position = position
+        self.lifetime = lifetime
+        position = 0
     }
 
     // MARK: Containers
 
     /// Visits each member of the object that comes next; `member` must consume the value (read,
     /// keep or skip it). Throws if the next value is not an object.
-    mutating func readObject(_ member: (AppleJSONKey, inout AppleJSONReader) throws -> Void) throws {
-        try enter(UInt8(ascii: "{"), "an object")
-        // Empty, or a comma before the end: tolerated, as Foundation's parser tolerates it.
-        while !leaves(UInt8(ascii: "}")) {
-            let key = try readKey()
-            skipWhitespace()
-            guard position < bytes.count, bytes[position] == UInt8(ascii: ":") else { throw syntaxError("expected ':'") }
-            position += 1
+    mutating func readObject(_ member: (borrowing AppleJSONKey, inout AppleJSONReader) throws -> Void) throws {
+        try enterObject()
+        while let key = try nextMember() {
             try member(key, &self)
-            if try endsAfterItem(UInt8(ascii: "}")) { return }
         }
+    }
+
+    /// Enters the object that must come next; `nextMember` then gives its member names. For a
+    /// caller that keeps values until the object ends (a closure could not keep them: they
+    /// live no longer than the read).
+    mutating func enterObject() throws {
+        try enter(UInt8(ascii: "{"), "an object")
+        expectsFirstItem = true
+    }
+
+    /// The next member's name, with the reader at its value (which the caller must consume), or
+    /// nil once the object has ended.
+    @_lifetime(copy self)
+    mutating func nextMember() throws -> AppleJSONKey? {
+        // Empty, or a comma before the end: tolerated, as Foundation's parser tolerates it.
+        if expectsFirstItem {
+            expectsFirstItem = false
+            if leaves(UInt8(ascii: "}")) { return nil }
+        } else if try endsAfterItem(UInt8(ascii: "}")) || leaves(UInt8(ascii: "}")) {
+            return nil
+        }
+        let key = try readKey()
+        skipWhitespace()
+        guard position < bytes.count, bytes[position] == UInt8(ascii: ":") else { throw syntaxError("expected ':'") }
+        position += 1
+        return key
     }
 
     /// Visits each element of the array that comes next; `element` must consume it.
@@ -82,6 +113,7 @@ struct AppleJSONReader {
 
     /// The next value, checked and kept as a byte range: a scalar to read later with Apple's
     /// tolerance, or a container to report as the wrong type.
+    @_lifetime(copy self)
     mutating func value() throws -> AppleJSONValue {
         let kind = try peek()
         let start = position
@@ -92,7 +124,7 @@ struct AppleJSONReader {
         case .number: try skipNumber()
         case .bool, .null: try skipLiteral()
         }
-        return AppleJSONValue(kind: kind, bytes: UnsafeBufferPointer(rebasing: bytes[start..<position]), escaped: escaped)
+        return AppleJSONValue(kind: kind, bytes: UnsafeBufferPointer(rebasing: bytes[start..<position]), escaped: escaped, lifetime: lifetime)
     }
 
     /// Checks and passes over the next value.
@@ -149,13 +181,13 @@ struct AppleJSONReader {
         }
     }
 
+    @_lifetime(copy self)
     private mutating func readKey() throws -> AppleJSONKey {
         guard position < bytes.count, bytes[position] == UInt8(ascii: "\"") else { throw syntaxError("expected a member name") }
         let start = position
         let escaped = try skipString()
         let raw = UnsafeBufferPointer(rebasing: bytes[(start + 1)..<(position - 1)])
-        if !escaped { return AppleJSONKey(bytes: raw, unescaped: nil) }
-        return AppleJSONKey(bytes: raw, unescaped: try AppleJSONValue.unescape(raw))
+        return AppleJSONKey(bytes: raw, unescaped: escaped ? try AppleJSONValue.unescape(raw) : nil, lifetime: lifetime)
     }
 
     /// Passes over a string, checking its escapes and UTF-8; says whether it holds escapes.
@@ -269,10 +301,19 @@ struct AppleJSONReader {
     }
 }
 
-/// A member name, compared without building a `String` unless it holds escapes.
-struct AppleJSONKey {
+/// A member name, compared without building a `String` unless it holds escapes. Lives no
+/// longer than the read it came from.
+struct AppleJSONKey: ~Escapable {
     let bytes: UnsafeBufferPointer<UInt8>
     let unescaped: String?
+    private let lifetime: DocumentLifetime
+
+    @_lifetime(copy lifetime)
+    init(bytes: UnsafeBufferPointer<UInt8>, unescaped: String?, lifetime: DocumentLifetime) {
+        self.bytes = bytes
+        self.unescaped = unescaped
+        self.lifetime = lifetime
+    }
 
     /// The name's length in UTF-8 bytes, once escapes are decoded.
     var count: Int { unescaped?.utf8.count ?? bytes.count }
@@ -280,12 +321,19 @@ struct AppleJSONKey {
     /// The name as text (signed payloads keep their members by name).
     var string: String { unescaped ?? String(decoding: bytes, as: UTF8.self) }
 
-    static func == (key: AppleJSONKey, name: StaticString) -> Bool {
+    static func == (key: borrowing AppleJSONKey, name: StaticString) -> Bool {
         if let unescaped = key.unescaped { return unescaped == name.description }
         guard key.bytes.count == name.utf8CodeUnitCount else { return false }
         if key.bytes.isEmpty { return true }
         return memcmp(key.bytes.baseAddress!, name.utf8Start, key.bytes.count) == 0
     }
+}
+
+/// The scope of one `AppleJSONReader.read`, carried (at no size) by everything that points into
+/// the document so that none of it can outlive the read.
+struct DocumentLifetime: ~Escapable {
+    @_lifetime(copy document)
+    init(_ document: Span<UInt8>) {}
 }
 
 /// A malformed document, or a value of a type no spelling of Apple's explains.

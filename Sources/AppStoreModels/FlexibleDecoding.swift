@@ -4,8 +4,9 @@ import Foundation
 /// One value of an answer, kept as its bytes until read: Apple's JSON as it really comes.
 /// Numbers come as strings or numbers, flags as "true"/"false", "1"/"0", true/false or 1/0, ids
 /// as strings or numbers. Every reader here returns nil for JSON null, and throws only for a value
-/// no spelling can explain. Valid only inside `AppleJSONReader.read`, whose bytes it points into.
-struct AppleJSONValue {
+/// no spelling can explain. It points into the bytes of `AppleJSONReader.read`, and the compiler
+/// keeps it there: `~Escapable`, it cannot outlive the read.
+struct AppleJSONValue: ~Escapable {
     enum Kind { case object, array, string, number, bool, null }
 
     let kind: Kind
@@ -13,6 +14,15 @@ struct AppleJSONValue {
     let bytes: UnsafeBufferPointer<UInt8>
     /// A string holding backslash escapes, which must be decoded to be read.
     let escaped: Bool
+    private let lifetime: DocumentLifetime
+
+    @_lifetime(copy lifetime)
+    init(kind: Kind, bytes: UnsafeBufferPointer<UInt8>, escaped: Bool, lifetime: DocumentLifetime) {
+        self.kind = kind
+        self.bytes = bytes
+        self.escaped = escaped
+        self.lifetime = lifetime
+    }
 
     /// A string, or a number written as its decimal text (ids such as `transaction_id`).
     func string() throws -> String? {
@@ -81,7 +91,7 @@ struct AppleJSONValue {
     /// A time from `<name>_ms` (milliseconds since 1970, string or number). When Apple left out
     /// the `_ms` field, the display field `<name>` is read instead if it holds milliseconds or
     /// `yyyy-MM-dd HH:mm:ss Etc/GMT` (legacy and hand-made answers do this).
-    static func date(milliseconds: AppleJSONValue?, display: AppleJSONValue?) throws -> Date? {
+    static func date(milliseconds: borrowing AppleJSONValue?, display: borrowing AppleJSONValue?) throws -> Date? {
         if let milliseconds = try milliseconds?.int64() {
             return Date(milliseconds: milliseconds)
         }

@@ -34,10 +34,13 @@ public struct ServerNotification: Sendable {
     }
 
     private init(reading reader: inout AppleJSONReader) throws {
-        var type, password, environment, autoRenewStatus, autoRenewProductId, expirationIntent: AppleJSONValue?
-        var bid, bvrs, originalTransactionId: AppleJSONValue?
+        var type: AppleJSONValue? = nil, password: AppleJSONValue? = nil, environment: AppleJSONValue? = nil
+        var autoRenewStatus: AppleJSONValue? = nil, autoRenewProductId: AppleJSONValue? = nil
+        var expirationIntent: AppleJSONValue? = nil, bid: AppleJSONValue? = nil, bvrs: AppleJSONValue? = nil
+        var originalTransactionId: AppleJSONValue? = nil
         var unifiedReceipt: VerifyReceiptResponse?
-        try reader.readObject { key, reader in
+        try reader.enterObject()
+        while let key = try reader.nextMember() {
             if key == "notification_type" { type = try reader.value() }
             else if key == "password" { password = try reader.value() }
             else if key == "environment" { environment = try reader.value() }

@@ -43,17 +43,18 @@ public struct VerifyReceiptResponse: Sendable, Equatable {
     /// Reads an answer object. `lenient` (a notification's `unified_receipt`, where status is a
     /// hint) defaults a missing status to 0 and ignores fields it cannot read instead of throwing.
     init(reading reader: inout AppleJSONReader, lenient: Bool) throws {
-        var status: AppleJSONValue?
-        var environment: AppleJSONValue?
-        var retryable: AppleJSONValue?
-        var retryableUnderscore: AppleJSONValue?
-        var exception: AppleJSONValue?
-        var latestReceipt: AppleJSONValue?
+        var status: AppleJSONValue? = nil
+        var environment: AppleJSONValue? = nil
+        var retryable: AppleJSONValue? = nil
+        var retryableUnderscore: AppleJSONValue? = nil
+        var exception: AppleJSONValue? = nil
+        var latestReceipt: AppleJSONValue? = nil
         var receipt: Receipt?
         var latest: [Transaction] = []
         var latestExpired: [Transaction] = []
         var pending: [PendingRenewalInfo] = []
-        try reader.readObject { key, reader in
+        try reader.enterObject()
+        while let key = try reader.nextMember() {
             if key == "status" {
                 status = try reader.value()
             } else if key == "environment" {
@@ -115,12 +116,15 @@ public struct Receipt: Sendable, Equatable {
     }
 
     init(reading reader: inout AppleJSONReader) throws {
-        var receiptType, bundleId, bid, applicationVersion, bvrs, originalApplicationVersion: AppleJSONValue?
-        var creationMs, creation, requestMs, request, appItemId: AppleJSONValue?
+        var receiptType: AppleJSONValue? = nil, bundleId: AppleJSONValue? = nil, bid: AppleJSONValue? = nil
+        var applicationVersion: AppleJSONValue? = nil, bvrs: AppleJSONValue? = nil, originalApplicationVersion: AppleJSONValue? = nil
+        var creationMs: AppleJSONValue? = nil, creation: AppleJSONValue? = nil, requestMs: AppleJSONValue? = nil
+        var request: AppleJSONValue? = nil, appItemId: AppleJSONValue? = nil
         // A legacy receipt is itself a transaction; `original_purchase_date` belongs to both.
-        var legacy = TransactionFields()
+        var legacy = TransactionFields(of: reader)
         var inApp: [Transaction] = []
-        try reader.readObject { key, reader in
+        try reader.enterObject()
+        while let key = try reader.nextMember() {
             if key == "receipt_type" { receiptType = try reader.value() }
             else if key == "bundle_id" { bundleId = try reader.value() }
             else if key == "bid" { bid = try reader.value() }
@@ -201,14 +205,15 @@ public struct Transaction: Sendable, Equatable {
     }
 
     init(reading reader: inout AppleJSONReader) throws {
-        var fields = TransactionFields()
-        try reader.readObject { key, reader in
+        var fields = TransactionFields(of: reader)
+        try reader.enterObject()
+        while let key = try reader.nextMember() {
             if try !fields.take(key, &reader) { try reader.skipValue() }
         }
         try self.init(fields)
     }
 
-    fileprivate init(_ fields: TransactionFields) throws {
+    fileprivate init(_ fields: borrowing TransactionFields) throws {
         guard let transactionId = try fields.transactionId?.string() else {
             throw AppleJSONError(description: "a transaction without transaction_id")
         }
@@ -237,16 +242,59 @@ public struct Transaction: Sendable, Equatable {
 
 /// The members of one transaction object as they go by, read once the object is whole (a
 /// display date counts only when its `_ms` field is missing, which is known only at the end).
-private struct TransactionFields {
-    var transactionId, originalTransactionId, productId, quantity: AppleJSONValue?
-    var purchaseDateMs, purchaseDate, originalPurchaseDateMs, originalPurchaseDate: AppleJSONValue?
-    var expiresDateMs, expiresDate, cancellationDateMs, cancellationDate, cancellationReason: AppleJSONValue?
-    var isUpgraded, isTrialPeriod, isInIntroOfferPeriod, webOrderLineItemId: AppleJSONValue?
-    var subscriptionGroupIdentifier, offerCodeRefName, promotionalOfferId, inAppOwnershipType: AppleJSONValue?
+/// `~Escapable` as the values it keeps; made for one reader (`of:`), whose lifetime it takes.
+private struct TransactionFields: ~Escapable {
+    var transactionId: Optional<AppleJSONValue>
+    var originalTransactionId: Optional<AppleJSONValue>
+    var productId: Optional<AppleJSONValue>
+    var quantity: Optional<AppleJSONValue>
+    var purchaseDateMs: Optional<AppleJSONValue>
+    var purchaseDate: Optional<AppleJSONValue>
+    var originalPurchaseDateMs: Optional<AppleJSONValue>
+    var originalPurchaseDate: Optional<AppleJSONValue>
+    var expiresDateMs: Optional<AppleJSONValue>
+    var expiresDate: Optional<AppleJSONValue>
+    var cancellationDateMs: Optional<AppleJSONValue>
+    var cancellationDate: Optional<AppleJSONValue>
+    var cancellationReason: Optional<AppleJSONValue>
+    var isUpgraded: Optional<AppleJSONValue>
+    var isTrialPeriod: Optional<AppleJSONValue>
+    var isInIntroOfferPeriod: Optional<AppleJSONValue>
+    var webOrderLineItemId: Optional<AppleJSONValue>
+    var subscriptionGroupIdentifier: Optional<AppleJSONValue>
+    var offerCodeRefName: Optional<AppleJSONValue>
+    var promotionalOfferId: Optional<AppleJSONValue>
+    var inAppOwnershipType: Optional<AppleJSONValue>
+
+    @_lifetime(copy reader)
+    init(of reader: borrowing AppleJSONReader) {
+        transactionId = nil
+        originalTransactionId = nil
+        productId = nil
+        quantity = nil
+        purchaseDateMs = nil
+        purchaseDate = nil
+        originalPurchaseDateMs = nil
+        originalPurchaseDate = nil
+        expiresDateMs = nil
+        expiresDate = nil
+        cancellationDateMs = nil
+        cancellationDate = nil
+        cancellationReason = nil
+        isUpgraded = nil
+        isTrialPeriod = nil
+        isInIntroOfferPeriod = nil
+        webOrderLineItemId = nil
+        subscriptionGroupIdentifier = nil
+        offerCodeRefName = nil
+        promotionalOfferId = nil
+        inAppOwnershipType = nil
+    }
 
     /// Keeps the member if it is a transaction's; false (nothing consumed) otherwise. Dispatched
     /// on the name's length first: an answer has about 40 names per transaction, most unknown.
-    mutating func take(_ key: AppleJSONKey, _ reader: inout AppleJSONReader) throws -> Bool {
+    @_lifetime(self: copy self, copy reader)
+    mutating func take(_ key: borrowing AppleJSONKey, _ reader: inout AppleJSONReader) throws -> Bool {
         switch key.count {
         case 8 where key == "quantity": quantity = try reader.value()
         case 10 where key == "product_id": productId = try reader.value()
@@ -303,9 +351,12 @@ public struct PendingRenewalInfo: Sendable, Equatable {
     }
 
     init(reading reader: inout AppleJSONReader) throws {
-        var originalTransactionId, productId, autoRenewProductId, autoRenewStatus, expirationIntent: AppleJSONValue?
-        var graceMs, grace, billingRetry, priceConsent: AppleJSONValue?
-        try reader.readObject { key, reader in
+        var originalTransactionId: AppleJSONValue? = nil, productId: AppleJSONValue? = nil
+        var autoRenewProductId: AppleJSONValue? = nil, autoRenewStatus: AppleJSONValue? = nil
+        var expirationIntent: AppleJSONValue? = nil, graceMs: AppleJSONValue? = nil, grace: AppleJSONValue? = nil
+        var billingRetry: AppleJSONValue? = nil, priceConsent: AppleJSONValue? = nil
+        try reader.enterObject()
+        while let key = try reader.nextMember() {
             if key == "original_transaction_id" { originalTransactionId = try reader.value() }
             else if key == "product_id" { productId = try reader.value() }
             else if key == "auto_renew_product_id" { autoRenewProductId = try reader.value() }
