@@ -113,18 +113,13 @@ public final class ReconciliationRun: Sendable {
         }
     }
 
+    /// The phases in order: the run's row, what comes before verifying (adoption, notifications,
+    /// the report files), verifying and planning, applying, the ending written everywhere.
     private func runHoldingLock() async throws -> (summary: RunSummary, ending: Ending) {
         let now = Date()
         let reader = ReconciliationStore(connection: connections.reader)
         let writer = ReconciliationStore(connection: connections.writer)
-        var summary = RunSummary()
-        summary.kind = options.kind
-        summary.isDryRun = options.isDryRun
-        summary.startedAt = now
-        summary.shard = options.shardText
-        summary.runId = try await writer.createRun(
-            kind: options.kind, isDryRun: options.isDryRun, startedAt: now, shard: options.shardText,
-            options: try PostgresJSON(encoding: OptionsRecord(options)))
+        var summary = try await startRun(now: now, writer: writer)
         var logger = self.logger
         logger[metadataKey: "run.id"] = "\(summary.runId)"
         logger.info("run.started", metadata: [
@@ -133,26 +128,7 @@ public final class ReconciliationRun: Sendable {
 
         let report: RunReportWriter
         do {
-            if !options.isDryRun {
-                summary.correctionsAdopted = try await writer.adoptInterruptedRuns(
-                    runId: summary.runId, shard: options.selection.shard, now: now)
-                if summary.correctionsAdopted > 0 {
-                    logger.notice("run.adopted", metadata: ["run.corrections": "\(summary.correctionsAdopted)"])
-                }
-            }
-            if !options.isDryRun && options.processesNotifications {
-                try await ensureLockHeld(logger: logger)
-                let processor = NotificationProcessor(
-                    store: NotificationStore(connection: connections.writer), ledger: writer, sharedSecret: sharedSecret,
-                    verifier: try signedData.get(),
-                    maximumAge: options.notificationMaximumAge, logger: logger)
-                try await processor.process(runId: summary.runId, now: now, summary: &summary)
-                try await writer.updateRun(summary)
-            }
-            // Without a report the run does not start.
-            report = try RunReportWriter(
-                directory: options.reportDirectory ?? URL(filePath: "reports").appending(path: "run-\(summary.runId)"),
-                crossCheck: options.crossCheck)
+            report = try await prepare(now: now, writer: writer, summary: &summary, logger: logger)
         } catch {
             try await recordFailure(error, summary: &summary, writer: writer, report: nil)
         }
@@ -167,6 +143,49 @@ public final class ReconciliationRun: Sendable {
             try await recordFailure(error, summary: &summary, writer: writer, report: report)
         }
 
+        try await finish(ending, summary: &summary, writer: writer, report: report, logger: logger)
+        return (summary, ending)
+    }
+
+    /// The run's row in `iap.reconciliation_runs`, with its options; the summary starts from it.
+    private func startRun(now: Date, writer: ReconciliationStore) async throws -> RunSummary {
+        var summary = RunSummary()
+        summary.kind = options.kind
+        summary.isDryRun = options.isDryRun
+        summary.startedAt = now
+        summary.shard = options.shardText
+        summary.runId = try await writer.createRun(
+            kind: options.kind, isDryRun: options.isDryRun, startedAt: now, shard: options.shardText,
+            options: try PostgresJSON(encoding: OptionsRecord(options)))
+        return summary
+    }
+
+    /// Before verifying: takes over the planned corrections of runs that died, processes the
+    /// stored notifications, and opens the report files (without a report the run does not start).
+    private func prepare(now: Date, writer: ReconciliationStore, summary: inout RunSummary, logger: Logger) async throws -> RunReportWriter {
+        if !options.isDryRun {
+            summary.correctionsAdopted = try await writer.adoptInterruptedRuns(runId: summary.runId, shard: options.selection.shard, now: now)
+            if summary.correctionsAdopted > 0 {
+                logger.notice("run.adopted", metadata: ["run.corrections": "\(summary.correctionsAdopted)"])
+            }
+        }
+        if !options.isDryRun && options.processesNotifications {
+            try await ensureLockHeld(logger: logger)
+            let processor = NotificationProcessor(
+                store: NotificationStore(connection: connections.writer), ledger: writer, sharedSecret: sharedSecret,
+                verifier: try signedData.get(), maximumAge: options.notificationMaximumAge, logger: logger)
+            try await processor.process(runId: summary.runId, now: now, summary: &summary)
+            try await writer.updateRun(summary)
+        }
+        return try RunReportWriter(
+            directory: options.reportDirectory ?? URL(filePath: "reports").appending(path: "run-\(summary.runId)"),
+            crossCheck: options.crossCheck)
+    }
+
+    /// Writes how the run ended to its row, its report files, the metrics file and the log. Work
+    /// already committed stays committed when the report cannot be written; the error says so.
+    private func finish(_ ending: Ending, summary: inout RunSummary, writer: ReconciliationStore, report: RunReportWriter,
+                        logger: Logger) async throws {
         summary.appleStormPauses = client.stormGate.pauses
         switch ending {
         case .completed: summary.status = .completed
@@ -182,7 +201,6 @@ public final class ReconciliationRun: Sendable {
         do {
             try await report.finish(summary: summary, store: writer)
         } catch {
-            // The run's work is committed; only its files are missing. Say so on the run's row too.
             let missing = ReportNotWritten(runId: summary.runId, status: summary.status, cause: "\(error)")
             summary.error = [summary.error, missing.description].compactMap { $0 }.joined(separator: "; ")
             let recorded = summary
@@ -196,7 +214,6 @@ public final class ReconciliationRun: Sendable {
             "run.corrections": "\(summary.totalCorrections)", "run.applied": "\(summary.correctionsApplied)",
             "apple.requests": "\(summary.appleRequests)",
         ])
-        return (summary, ending)
     }
 
     /// Records the run as `failed` (its committed plan is taken over by the next run), writes what
