@@ -4,6 +4,7 @@
 # initdb refuses root, so as root the cluster runs as the `postgres` user.
 # Durability is off (fsync, synchronous_commit, full_page_writes) for the tests' speed, unless
 # RR_PG_DURABLE=1 (the benchmark): then PostgreSQL's defaults, what a production server runs with.
+# RR_PG_OPTIONS: more server options (`-c name=value ...`).
 
 find_postgres_bin() {
     local candidate
@@ -35,7 +36,7 @@ start_throwaway_postgres() {
     local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     [ "${RR_PG_DURABLE:-0}" = 1 ] && durability="-c fsync=on -c synchronous_commit=on -c full_page_writes=on"
     as_cluster_owner "$RR_PG_BIN/pg_ctl" -D "$RR_PG_DATA" -l "$dir/server.log" -w -t 60 start \
-        -o "-c listen_addresses=127.0.0.1 -p $PGPORT -k $dir $durability -c max_connections=300" \
+        -o "-c listen_addresses=127.0.0.1 -p $PGPORT -k $dir $durability -c max_connections=300 ${RR_PG_OPTIONS:-}" \
         >/dev/null || { cat "$dir/server.log" >&2; return 1; }
     export PGPORT RR_PG_DATA
     export RR_PG_ADMIN_URL="host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres"
