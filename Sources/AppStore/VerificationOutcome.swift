@@ -5,7 +5,7 @@ import Foundation
 public struct VerificationOutcome: Sendable {
     public enum Result: Sendable {
         /// Apple answered 0 (or 21006 with a receipt): the answer is the truth for this receipt.
-        case verified(VerifyReceiptResponse)
+        indirect case verified(VerifyReceiptResponse)
         /// The App Store Server API's signed data for the receipt's account verified.
         case verifiedSignedData
         /// Apple's or the network's trouble outlasted the attempts: try again in a later run.

@@ -65,14 +65,13 @@ public final class VerifyReceiptClient: Sendable {
     public func verify(receipt blob: String, knownEnvironment: AppleEnvironment? = nil) async -> VerificationOutcome {
         var outcome = VerificationOutcome(result: .deferred(reason: "not attempted"), requests: 0, attempts: 0,
                                           endpoints: [], finalStatus: nil, environment: knownEnvironment)
-        let receiptData: String
-        switch ReceiptBlob.normalized(blob, maximumBytes: policy.maximumReceiptBytes) {
-        case .success(let compact): receiptData = compact
+        let body: [UInt8]
+        switch requestBody(blob) {
+        case .success(let bytes): body = bytes
         case .failure(let error):
             outcome.result = .invalidReceipt(reason: error.description)
             return outcome
         }
-        let body = requestBody(receiptData)
         var environment = knownEnvironment ?? .production
 
         for attempt in 1...policy.maximumAttempts {
@@ -134,7 +133,7 @@ public final class VerifyReceiptClient: Sendable {
     }
 
     private enum Verdict {
-        case verified(VerifyReceiptResponse)
+        indirect case verified(VerifyReceiptResponse)
         case redirect(AppleEnvironment)
         case retry(reason: String, retryAfter: Duration?)
         case final(status: Int?, reason: String)
@@ -176,6 +175,13 @@ public final class VerifyReceiptClient: Sendable {
             return .final(status: nil, reason: "\(error)")
         }
 
+        return Self.verdict(on: response, outcome: &outcome)
+    }
+
+    /// What Apple's HTTP answer means. Synchronous and not inlined, so that decoding the answer
+    /// takes no room in the async frame every request waiting for Apple holds.
+    @inline(never)
+    private static func verdict(on response: HTTPResponse, outcome: inout VerificationOutcome) -> Verdict {
         guard response.status == 200 else {
             outcome.finalStatus = nil
             if response.status == 429 || (500...599).contains(response.status) {
@@ -202,8 +208,15 @@ public final class VerifyReceiptClient: Sendable {
         }
     }
 
-    private func requestBody(_ receiptData: String) -> [UInt8] {
-        // receipt-data is plain base64 (checked above); the secret is escaped by JSONEncoder.
+    /// The request's JSON for a stored blob, or why the blob is no receipt to send. Not inlined:
+    /// see `verdict(on:outcome:)`.
+    @inline(never)
+    private func requestBody(_ blob: String) -> Swift.Result<[UInt8], ReceiptBlobError> {
+        ReceiptBlob.normalized(blob, maximumBytes: policy.maximumReceiptBytes).map(requestBody(receiptData:))
+    }
+
+    private func requestBody(receiptData: String) -> [UInt8] {
+        // receipt-data is plain base64 (checked by the normalization); the secret is escaped by JSONEncoder.
         let secret = sharedSecret.flatMap { try? JSONEncoder().encode($0) }.map { String(decoding: $0, as: UTF8.self) } ?? "null"
         let exclude = policy.excludeOldTransactions ? "true" : "false"
         return Array(#"{"receipt-data":""#.utf8) + Array(receiptData.utf8)

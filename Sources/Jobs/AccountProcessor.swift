@@ -43,12 +43,22 @@ struct AccountProcessor: Sendable {
     /// The account's result; nil when the task was cancelled meanwhile (its answers may be
     /// cancelled requests, not Apple's word): nothing is written, and the account stays due.
     func process(_ work: AccountWork) async -> AccountResult? {
+        var counts = AccountOutcomeCounts(outcome: .verified)
+        let verifications = await source.verify(work, counts: &counts)
+        if Task.isCancelled { return nil }
+        return result(work, verifications: verifications, counts: counts)
+    }
+
+    /// The account's result from its receipts' verifications. Synchronous and not inlined: work
+    /// inlined into `process` can widen the async frame each account in flight holds.
+    @inline(never)
+    private func result(_ work: AccountWork, verifications: [ReceiptVerification], counts: AccountOutcomeCounts) -> AccountResult {
         var verified: [VerifiedFacts] = []
         var updates: [ReceiptUpdate] = []
         var failures: [FailureRecord] = []
         var receiptOutcomes: [ReceiptOutcome] = []
-        var counts = AccountOutcomeCounts(outcome: .verified)
-        for verification in await source.verify(work, counts: &counts) {
+        var counts = counts
+        for verification in verifications {
             let (receipt, outcome) = (verification.receipt, verification.outcome)
             if verification.local == nil { counts.receiptsNotDecodedLocally += 1 }
             receiptOutcomes.append(outcome.receiptOutcome)
@@ -67,7 +77,6 @@ struct AccountProcessor: Sendable {
             }
             updates.append(update(after: verification, counts: &counts))
         }
-        if Task.isCancelled { return nil }
         counts.outcome = AccountOutcome.combining(receiptOutcomes)
         return plan(work, verified: verified, updates: updates, failures: failures, counts: counts)
     }

@@ -46,20 +46,29 @@ struct VerifyReceiptSource: AppleAccountSource {
             }
             let local = Self.localDecode(receipt)
             let outcome = await verify(receipt, local: local, accountId: work.accountId, counts: &counts)
-            var verification = ReceiptVerification(receipt: receipt, local: local, outcome: outcome)
-            if case .verified(let response) = outcome.result {
-                let environment = outcome.environment ?? AppleEnvironment(appleName: response.environment) ?? .production
-                verification.facts = VerifiedFacts(receiptId: receipt.id, response: response, environment: environment)
-                verification.freshReceipt = response.latestReceipt
-            }
-            verifications.append(verification)
+            verifications.append(Self.verification(of: receipt, local: local, outcome: outcome))
         }
         return verifications
+    }
+
+    /// A receipt's verification with the facts of Apple's answer. Synchronous and not inlined, as
+    /// is `localDecode`: work inlined into an async function can widen the frame that each of the
+    /// 2 × C accounts in flight holds while it waits for Apple.
+    @inline(never)
+    static func verification(of receipt: StoredReceipt, local: ReceiptIdentifiers?, outcome: VerificationOutcome) -> ReceiptVerification {
+        var verification = ReceiptVerification(receipt: receipt, local: local, outcome: outcome)
+        if case .verified(let response) = outcome.result {
+            let environment = outcome.environment ?? AppleEnvironment(appleName: response.environment) ?? .production
+            verification.facts = VerifiedFacts(receiptId: receipt.id, response: response, environment: environment)
+            verification.freshReceipt = response.latestReceipt
+        }
+        return verification
     }
 
     /// What the local decode of a stored receipt says (it informs the report and the bundle check;
     /// it never grants): the decode a run stored for this very blob, else the blob decoded now;
     /// nil for a blob too large to read or no receipt this decoder reads.
+    @inline(never)
     static func localDecode(_ receipt: StoredReceipt) -> ReceiptIdentifiers? {
         guard receipt.oversizeBytes == nil else { return nil }
         return receipt.storedLocalDecode ?? (try? ReceiptDecoder.identifiers(Array(receipt.latestReceipt.utf8)))
@@ -69,16 +78,18 @@ struct VerifyReceiptSource: AppleAccountSource {
     /// holds the answer to the app's bundle ids and to what PostgreSQL can store.
     private func verify(_ receipt: StoredReceipt, local: ReceiptIdentifiers?, accountId: String,
                         counts: inout AccountOutcomeCounts) async -> VerificationOutcome {
-        let expected = options.bundleIds.isEmpty ? Set([receipt.bundleId].compactMap { $0 }.filter { !$0.isEmpty }) : options.bundleIds
-        func foreign(_ bundle: String, source: String) -> VerificationOutcome.Result? {
-            guard !expected.isEmpty, !expected.contains(bundle) else { return nil }
-            let shown = StorableValues.problem(text: bundle, field: "") == nil ? bundle : "a bundle id with a NUL byte"
-            let reason = "\(source) names the bundle \(shown), not this app's (\(expected.sorted().joined(separator: ", ")))"
-            counts.bundleMismatches.append("account \(accountId), receipt \(receipt.id): \(reason)")
-            return .foreignBundle(reason: reason)
-        }
+        if let refused = refusal(of: receipt, local: local, accountId: accountId, counts: &counts) { return refused }
+        let outcome = await client.verify(receipt: receipt.latestReceipt, knownEnvironment: receipt.environment)
+        return held(outcome, receipt: receipt, accountId: accountId, counts: &counts)
+    }
+
+    /// Why the local decode shows the receipt cannot count, if it does. (This and `held` are
+    /// synchronous and not inlined, for the async frame's size: see `verification(of:local:outcome:)`.)
+    @inline(never)
+    private func refusal(of receipt: StoredReceipt, local: ReceiptIdentifiers?, accountId: String,
+                         counts: inout AccountOutcomeCounts) -> VerificationOutcome? {
         var outcome = VerificationOutcome(result: .deferred(reason: "not attempted"), environment: receipt.environment)
-        if let bundle = local?.bundleId, let result = foreign(bundle, source: "the receipt") {
+        if let bundle = local?.bundleId, let result = foreign(bundle, source: "the receipt", receipt: receipt, accountId: accountId, counts: &counts) {
             outcome.result = result
             return outcome
         }
@@ -86,14 +97,33 @@ struct VerifyReceiptSource: AppleAccountSource {
             outcome.result = .failed(status: nil, reason: "the receipt's local decode cannot be stored: \(problem)")
             return outcome
         }
-        outcome = await client.verify(receipt: receipt.latestReceipt, knownEnvironment: receipt.environment)
+        return nil
+    }
+
+    /// Apple's answer held to the app's bundle ids and to what PostgreSQL can store.
+    @inline(never)
+    private func held(_ outcome: VerificationOutcome, receipt: StoredReceipt, accountId: String,
+                      counts: inout AccountOutcomeCounts) -> VerificationOutcome {
         guard case .verified(let response) = outcome.result else { return outcome }
-        if let bundle = response.receipt?.bundleId, let result = foreign(bundle, source: "Apple's answer") {
+        var outcome = outcome
+        if let bundle = response.receipt?.bundleId,
+           let result = foreign(bundle, source: "Apple's answer", receipt: receipt, accountId: accountId, counts: &counts) {
             outcome.result = result
         } else if let problem = StorableValues.problem(in: response) {
             outcome.result = .failed(status: outcome.finalStatus, reason: "Apple's answer cannot be stored: \(problem)")
         }
         return outcome
+    }
+
+    /// A bundle id that is not this app's (the run's `--bundle-id`s, else the receipt row's).
+    private func foreign(_ bundle: String, source: String, receipt: StoredReceipt, accountId: String,
+                         counts: inout AccountOutcomeCounts) -> VerificationOutcome.Result? {
+        let expected = options.bundleIds.isEmpty ? Set([receipt.bundleId].compactMap { $0 }.filter { !$0.isEmpty }) : options.bundleIds
+        guard !expected.isEmpty, !expected.contains(bundle) else { return nil }
+        let shown = StorableValues.problem(text: bundle, field: "") == nil ? bundle : "a bundle id with a NUL byte"
+        let reason = "\(source) names the bundle \(shown), not this app's (\(expected.sorted().joined(separator: ", ")))"
+        counts.bundleMismatches.append("account \(accountId), receipt \(receipt.id): \(reason)")
+        return .foreignBundle(reason: reason)
     }
 }
 
