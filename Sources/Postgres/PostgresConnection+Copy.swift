@@ -37,10 +37,10 @@ extension ConnectionHandle {
         for row in rows {
             for (index, value) in row.enumerated() {
                 if index > 0 { buffer.append(0x09) }
-                if let text = value.text {
-                    Self.appendCopyEscaped(text, to: &buffer)
-                } else {
-                    buffer.append(contentsOf: [0x5C, 0x4E])  // \N
+                switch value.value {
+                case .text(let text): Self.appendCopyEscaped(text, to: &buffer)
+                case nil: buffer.append(contentsOf: [0x5C, 0x4E])  // \N
+                case .binary: preconditionFailure("COPY's text format takes text values; bind arrays to statements")
                 }
             }
             buffer.append(0x0A)

@@ -241,13 +241,13 @@ final class ConnectionHandle: @unchecked Sendable {
         return connection
     }
 
-    /// Executes one statement with text-format parameters and returns rows in text format.
+    /// Executes one statement with its parameters (text or binary) and returns rows in text format.
     func run(_ sql: String, binds: [PostgresBind], phase: PostgresError.Phase = .execute) throws(PostgresError) -> StatementResult {
         let connection = try usableConnection()
         let types = binds.map { Oid($0.type.rawValue) }
-        let result: OpaquePointer? = withOptionalCStringArray(binds.map(\.text)) { values in
+        let result: OpaquePointer? = withParameters(binds) { values, lengths, formats in
             types.withUnsafeBufferPointer { types in
-                PQexecParams(connection, sql, Int32(binds.count), types.baseAddress, values, nil, nil, 0)
+                PQexecParams(connection, sql, Int32(binds.count), types.baseAddress, values, lengths, formats, 0)
             }
         }
         return try consume(result, connection: connection, phase: phase)
@@ -342,6 +342,42 @@ final class ConnectionHandle: @unchecked Sendable {
 /// Calls `body` with a NULL-terminated array of C strings that lives for the call.
 func withCStringArray<Result>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> Result) -> Result {
     withOptionalCStringArray(strings) { body($0!) }
+}
+
+/// PQexecParams' parallel arrays for `binds`: values (NULL pointers for SQL NULL), lengths
+/// (read for binary values only) and formats (0 text, 1 binary). Values are copied into memory
+/// libpq may read until `body` returns.
+func withParameters<Result>(
+    _ binds: [PostgresBind],
+    _ body: (UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?, UnsafePointer<Int32>?) -> Result
+) -> Result {
+    var lengths = [Int32](repeating: 0, count: binds.count)
+    var formats = [Int32](repeating: 0, count: binds.count)
+    let copies: [UnsafeMutablePointer<CChar>?] = binds.indices.map { index in
+        switch binds[index].value {
+        case nil:
+            return nil
+        case .text(let text):
+            return strdup(text)!
+        case .binary(let bytes):
+            lengths[index] = Int32(bytes.count)
+            formats[index] = 1
+            let copy = UnsafeMutablePointer<CChar>.allocate(capacity: max(bytes.count, 1))
+            bytes.withUnsafeBytes { copy.initialize(from: $0.bindMemory(to: CChar.self).baseAddress!, count: bytes.count) }
+            return copy
+        }
+    }
+    defer {
+        for (index, copy) in copies.enumerated() {
+            if case .binary = binds[index].value { copy?.deallocate() } else { free(copy) }
+        }
+    }
+    let pointers = copies.map { UnsafePointer($0) } + [nil]
+    return pointers.withUnsafeBufferPointer { values in
+        lengths.withUnsafeBufferPointer { lengths in
+            formats.withUnsafeBufferPointer { formats in body(values.baseAddress, lengths.baseAddress, formats.baseAddress) }
+        }
+    }
 }
 
 /// Like `withCStringArray`, with nil entries kept as NULL pointers (SQL NULL parameters).

@@ -49,6 +49,12 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
             sql += "$\(binds.count)"
         }
 
+        /// A batch column, bound in PostgreSQL's binary format.
+        public mutating func appendInterpolation(_ array: PostgresArray) {
+            binds.append(PostgresBind(type: array.type, binary: array.bytes))
+            sql += "$\(binds.count)"
+        }
+
         /// Splices text into the SQL itself. Only for identifiers chosen by the code, never for input.
         public mutating func appendInterpolation(unescaped text: String) {
             sql += text
@@ -56,19 +62,35 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
     }
 }
 
-/// One bound parameter in PostgreSQL's text format, with its type so the server need not guess.
+/// One bound parameter with its type, so the server need not guess: in PostgreSQL's text
+/// format, or in its binary format for batch arrays (`PostgresArray`).
 public struct PostgresBind: Sendable, Equatable {
+    public enum Value: Sendable, Equatable {
+        case text(String)
+        case binary([UInt8])
+    }
+
     public var type: PostgresType
-    /// The text form of the value; nil is SQL NULL.
-    public var text: String?
+    /// nil is SQL NULL.
+    public var value: Value?
 
     public init(type: PostgresType, text: String?) {
         self.type = type
-        self.text = text
+        self.value = text.map(Value.text)
+    }
+
+    public init(type: PostgresType, binary: [UInt8]) {
+        self.type = type
+        self.value = .binary(binary)
     }
 
     public init(_ value: some PostgresEncodable) {
         self.init(type: Swift.type(of: value).postgresType, text: value.postgresText)
+    }
+
+    /// The text form; nil for NULL and for a binary value.
+    public var text: String? {
+        if case .text(let text) = value { text } else { nil }
     }
 
     public static let null = PostgresBind(type: .unknown, text: nil)
@@ -115,6 +137,9 @@ public struct PostgresType: RawRepresentable, Hashable, Sendable, CustomStringCo
     public static let name = PostgresType(rawValue: 19)
     public static let textArray = PostgresType(rawValue: 1009)
     public static let int8Array = PostgresType(rawValue: 1016)
+    public static let int4Array = PostgresType(rawValue: 1007)
+    public static let boolArray = PostgresType(rawValue: 1000)
+    public static let timestamptzArray = PostgresType(rawValue: 1185)
 
     public var description: String {
         switch self {
@@ -136,6 +161,9 @@ public struct PostgresType: RawRepresentable, Hashable, Sendable, CustomStringCo
         case .name: "name"
         case .textArray: "text[]"
         case .int8Array: "bigint[]"
+        case .int4Array: "integer[]"
+        case .boolArray: "boolean[]"
+        case .timestamptzArray: "timestamptz[]"
         default: "oid \(rawValue)"
         }
     }

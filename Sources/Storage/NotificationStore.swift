@@ -20,7 +20,7 @@ public struct NotificationStore: Sendable {
         let uuids = bodies.map { NotificationV2Body.unverifiedNotificationUUID(Array($0.utf8)) }
         return try await connection.query("""
             INSERT INTO iap.notifications (body, notification_uuid)
-            SELECT b, u FROM unnest(\(PostgresTextArray(bodies))::jsonb[], \(PostgresTextArray(uuids))::text[]) AS n (b, u)
+            SELECT b, u FROM unnest(\(PostgresArray(bodies))::jsonb[], \(PostgresArray(uuids))::text[]) AS n (b, u)
             ON CONFLICT DO NOTHING
             RETURNING 1
             """).count

@@ -44,7 +44,7 @@ extension ReconciliationStore {
                 SELECT from_run, count(*) AS corrections FROM moved GROUP BY from_run
                 """)
             guard !moved.isEmpty else { return 0 }
-            let adopted = PostgresTextArray(try moved.map { String(try $0.decode("from_run", as: Int64.self)) })
+            let adopted = PostgresArray(try moved.map { try $0.decode("from_run", as: Int64.self) })
             try await connection.execute("""
                 UPDATE iap.reconciliation_runs SET adopted_from = (
                     SELECT array_agg(DISTINCT id ORDER BY id) FROM (

@@ -210,20 +210,20 @@ public struct ReconciliationStore: Sendable {
                 -- A notification's request is done once the receipt verified (unless it came after the run began).
                 reverify_requested_at = CASE WHEN u.verified_at IS NOT NULL AND r.reverify_requested_at <= \(startedAt)
                                              THEN NULL ELSE r.reverify_requested_at END
-            FROM unnest(\(PostgresTextArray(updates.map { String($0.id) }))::bigint[],
-                        \(PostgresTextArray(updates.map(\.rowVersion)))::text[],
-                        \(PostgresTextArray(updates.map { $0.environment?.rawValue }))::text[],
-                        \(PostgresTextArray(updates.map(\.verifiedAt)))::timestamptz[],
-                        \(PostgresTextArray(updates.map(\.status)))::integer[],
-                        \(PostgresTextArray(updates.map(\.nextAttemptAt)))::timestamptz[],
-                        \(PostgresTextArray(updates.map(\.attempts)))::integer[],
-                        \(PostgresTextArray(updates.map(\.outcome.rawValue)))::text[],
-                        \(PostgresTextArray(updates.map(\.latestReceipt)))::text[],
-                        \(PostgresTextArray(updates.map(\.localBundleId)))::text[],
-                        \(PostgresTextArray(updates.map { $0.localOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[],
-                        \(PostgresTextArray(updates.map(\.ledgerDigest)))::bigint[],
-                        \(PostgresTextArray(updates.map { $0.ledgerOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[],
-                        \(PostgresTextArray(updates.map(\.localDecodeDigest)))::bigint[])
+            FROM unnest(\(PostgresArray(updates.map(\.id)))::bigint[],
+                        \(PostgresArray(updates.map(\.rowVersion)))::text[],
+                        \(PostgresArray(updates.map { $0.environment?.rawValue }))::text[],
+                        \(PostgresArray(updates.map(\.verifiedAt)))::timestamptz[],
+                        \(PostgresArray(updates.map(\.status)))::integer[],
+                        \(PostgresArray(updates.map(\.nextAttemptAt)))::timestamptz[],
+                        \(PostgresArray(updates.map(\.attempts)))::integer[],
+                        \(PostgresArray(updates.map(\.outcome.rawValue)))::text[],
+                        \(PostgresArray(updates.map(\.latestReceipt)))::text[],
+                        \(PostgresArray(updates.map(\.localBundleId)))::text[],
+                        \(PostgresArray(updates.map { $0.localOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[],
+                        \(PostgresArray(updates.map(\.ledgerDigest)))::bigint[],
+                        \(PostgresArray(updates.map { $0.ledgerOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[],
+                        \(PostgresArray(updates.map(\.localDecodeDigest)))::bigint[])
                 AS u(id, row_version, environment, verified_at, status, next_attempt_at, attempts, outcome, latest_receipt,
                      local_bundle_id, local_originals, ledger_digest, ledger_originals, decoded_digest)
             WHERE r.id = u.id
@@ -240,15 +240,15 @@ public struct ReconciliationStore: Sendable {
             INSERT INTO iap.renewals (account_id, original_transaction_id, product_id, auto_renew_product_id, auto_renew_status,
                                       expiration_intent, grace_period_expires_date, is_in_billing_retry_period, environment)
             SELECT * FROM unnest(
-                \(PostgresTextArray(entries.map(\.accountId)))::text[],
-                \(PostgresTextArray(entries.map { $0.info.originalTransactionId ?? "" }))::text[],
-                \(PostgresTextArray(entries.map { $0.info.productId ?? "" }))::text[],
-                \(PostgresTextArray(entries.map(\.info.autoRenewProductId)))::text[],
-                \(PostgresTextArray(entries.map(\.info.autoRenewStatus)))::boolean[],
-                \(PostgresTextArray(entries.map(\.info.expirationIntent)))::integer[],
-                \(PostgresTextArray(entries.map(\.info.gracePeriodExpiresDate)))::timestamptz[],
-                \(PostgresTextArray(entries.map(\.info.isInBillingRetryPeriod)))::boolean[],
-                \(PostgresTextArray(entries.map(\.environment.rawValue)))::text[])
+                \(PostgresArray(entries.map(\.accountId)))::text[],
+                \(PostgresArray(entries.map { $0.info.originalTransactionId ?? "" }))::text[],
+                \(PostgresArray(entries.map { $0.info.productId ?? "" }))::text[],
+                \(PostgresArray(entries.map(\.info.autoRenewProductId)))::text[],
+                \(PostgresArray(entries.map(\.info.autoRenewStatus)))::boolean[],
+                \(PostgresArray(entries.map(\.info.expirationIntent)))::integer[],
+                \(PostgresArray(entries.map(\.info.gracePeriodExpiresDate)))::timestamptz[],
+                \(PostgresArray(entries.map(\.info.isInBillingRetryPeriod)))::boolean[],
+                \(PostgresArray(entries.map(\.environment.rawValue)))::text[])
             ON CONFLICT DO NOTHING
             """)
     }
@@ -267,28 +267,28 @@ public struct ReconciliationStore: Sendable {
                 is_in_intro_offer_period, quantity, web_order_line_item_id, subscription_group_identifier,
                 offer_code_ref_name, promotional_offer_id, ownership_type, environment, price_milliunits, currency, source)
             SELECT * FROM unnest(
-                \(PostgresTextArray(transactions.map(\.transactionId)))::text[],
-                \(PostgresTextArray(unique.map(\.accountId)))::text[],
-                \(PostgresTextArray(transactions.map(\.originalTransactionId)))::text[],
-                \(PostgresTextArray(transactions.map(\.productId)))::text[],
-                \(PostgresTextArray(transactions.map(\.purchaseDate)))::timestamptz[],
-                \(PostgresTextArray(transactions.map(\.originalPurchaseDate)))::timestamptz[],
-                \(PostgresTextArray(transactions.map(\.expiresDate)))::timestamptz[],
-                \(PostgresTextArray(transactions.map(\.cancellationDate)))::timestamptz[],
-                \(PostgresTextArray(transactions.map(\.cancellationReason)))::integer[],
-                \(PostgresTextArray(transactions.map(\.isUpgraded)))::boolean[],
-                \(PostgresTextArray(transactions.map(\.isTrialPeriod)))::boolean[],
-                \(PostgresTextArray(transactions.map(\.isInIntroOfferPeriod)))::boolean[],
-                \(PostgresTextArray(transactions.map(\.quantity)))::integer[],
-                \(PostgresTextArray(transactions.map(\.webOrderLineItemId)))::text[],
-                \(PostgresTextArray(transactions.map(\.subscriptionGroupIdentifier)))::text[],
-                \(PostgresTextArray(transactions.map(\.offerCodeRefName)))::text[],
-                \(PostgresTextArray(transactions.map(\.promotionalOfferId)))::text[],
-                \(PostgresTextArray(transactions.map(\.inAppOwnershipType)))::text[],
-                \(PostgresTextArray(unique.map(\.environment.rawValue)))::text[],
-                \(PostgresTextArray(unique.map(\.price?.milliunits)))::bigint[],
-                \(PostgresTextArray(unique.map(\.price?.currency)))::text[],
-                \(PostgresTextArray(unique.map(\.source.rawValue)))::text[])
+                \(PostgresArray(transactions.map(\.transactionId)))::text[],
+                \(PostgresArray(unique.map(\.accountId)))::text[],
+                \(PostgresArray(transactions.map(\.originalTransactionId)))::text[],
+                \(PostgresArray(transactions.map(\.productId)))::text[],
+                \(PostgresArray(transactions.map(\.purchaseDate)))::timestamptz[],
+                \(PostgresArray(transactions.map(\.originalPurchaseDate)))::timestamptz[],
+                \(PostgresArray(transactions.map(\.expiresDate)))::timestamptz[],
+                \(PostgresArray(transactions.map(\.cancellationDate)))::timestamptz[],
+                \(PostgresArray(transactions.map(\.cancellationReason)))::integer[],
+                \(PostgresArray(transactions.map(\.isUpgraded)))::boolean[],
+                \(PostgresArray(transactions.map(\.isTrialPeriod)))::boolean[],
+                \(PostgresArray(transactions.map(\.isInIntroOfferPeriod)))::boolean[],
+                \(PostgresArray(transactions.map(\.quantity)))::integer[],
+                \(PostgresArray(transactions.map(\.webOrderLineItemId)))::text[],
+                \(PostgresArray(transactions.map(\.subscriptionGroupIdentifier)))::text[],
+                \(PostgresArray(transactions.map(\.offerCodeRefName)))::text[],
+                \(PostgresArray(transactions.map(\.promotionalOfferId)))::text[],
+                \(PostgresArray(transactions.map(\.inAppOwnershipType)))::text[],
+                \(PostgresArray(unique.map(\.environment.rawValue)))::text[],
+                \(PostgresArray(unique.map(\.price?.milliunits)))::bigint[],
+                \(PostgresArray(unique.map(\.price?.currency)))::text[],
+                \(PostgresArray(unique.map(\.source.rawValue)))::text[])
             ON CONFLICT (transaction_id) DO UPDATE SET
                 product_id                    = EXCLUDED.product_id,
                 original_transaction_id       = COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
@@ -349,12 +349,12 @@ public struct ReconciliationStore: Sendable {
         try await connection.execute("""
             INSERT INTO iap.corrections (run_id, account_id, product_id, kind, reason, before, after, status)
             SELECT \(runId), * , 'planned' FROM unnest(
-                \(PostgresTextArray(corrections.map(\.accountId)))::text[],
-                \(PostgresTextArray(corrections.map(\.productId)))::text[],
-                \(PostgresTextArray(corrections.map(\.kind.rawValue)))::text[],
-                \(PostgresTextArray(corrections.map(\.reason)))::text[],
-                \(PostgresTextArray(try corrections.map { try EntitlementJSON.encode($0.before) }))::jsonb[],
-                \(PostgresTextArray(try corrections.map { try EntitlementJSON.encode($0.after) }))::jsonb[])
+                \(PostgresArray(corrections.map(\.accountId)))::text[],
+                \(PostgresArray(corrections.map(\.productId)))::text[],
+                \(PostgresArray(corrections.map(\.kind.rawValue)))::text[],
+                \(PostgresArray(corrections.map(\.reason)))::text[],
+                \(PostgresArray(try corrections.map { try EntitlementJSON.encode($0.before) }))::jsonb[],
+                \(PostgresArray(try corrections.map { try EntitlementJSON.encode($0.after) }))::jsonb[])
             ON CONFLICT (run_id, account_id, product_id) WHERE status = 'planned' DO NOTHING
             """)
     }
@@ -428,7 +428,7 @@ public struct ReconciliationStore: Sendable {
                     SELECT r.account_id, r.product_id, r.original_transaction_id, r.latest_transaction_id, r.state,
                            r.entitled, r.expires_at, r.grace_period_expires_at, r.auto_renew, r.auto_renew_product_id,
                            r.environment, r.ownership_type, r.refunded_at, \(now)
-                    FROM unnest(\(PostgresTextArray(inserts.map(\.after)))::jsonb[]) AS a(after),
+                    FROM unnest(\(PostgresArray(inserts.map(\.after)))::jsonb[]) AS a(after),
                          jsonb_populate_record(NULL::iap.entitlements, a.after) AS r
                     ON CONFLICT (account_id, product_id) DO NOTHING
                     RETURNING e.account_id, e.product_id
@@ -452,7 +452,7 @@ public struct ReconciliationStore: Sendable {
                         ownership_type          = r.ownership_type,
                         refunded_at             = r.refunded_at,
                         updated_at              = \(now)
-                    FROM unnest(\(PostgresTextArray(updates.map(\.after)))::jsonb[]) AS a(after),
+                    FROM unnest(\(PostgresArray(updates.map(\.after)))::jsonb[]) AS a(after),
                          jsonb_populate_record(NULL::iap.entitlements, a.after) AS r
                     WHERE e.account_id = r.account_id AND e.product_id = r.product_id
                     """)
@@ -461,13 +461,13 @@ public struct ReconciliationStore: Sendable {
             if !applied.isEmpty {
                 try await connection.execute("""
                     UPDATE iap.corrections SET status = 'applied', applied_at = \(now)
-                    WHERE id = ANY(\(PostgresTextArray(applied.map(String.init)))::bigint[])
+                    WHERE id = ANY(\(PostgresArray(applied))::bigint[])
                     """)
             }
             if !superseded.isEmpty {
                 try await connection.execute("""
                     UPDATE iap.corrections SET status = 'superseded'
-                    WHERE id = ANY(\(PostgresTextArray(superseded.map(String.init)))::bigint[])
+                    WHERE id = ANY(\(PostgresArray(superseded))::bigint[])
                     """)
             }
             result.applied = applied.count

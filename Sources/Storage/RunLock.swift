@@ -48,7 +48,7 @@ public enum RunLock {
     /// True while this connection's session still holds every lock of the run: false after the
     /// connection was lost and reconnected (the server restarted, the session was terminated).
     public static func isHeld(_ connection: PostgresConnection, shard: (index: Int, count: Int)?) async throws -> Bool {
-        let keys = PostgresTextArray(keys(shard: shard).map(String.init))
+        let keys = PostgresArray(keys(shard: shard))
         return try await connection.query("""
             SELECT count(DISTINCT (classid::bigint << 32) | objid::bigint) = cardinality(\(keys)::bigint[]) AS held
             FROM pg_locks

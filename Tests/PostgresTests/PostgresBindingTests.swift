@@ -93,6 +93,56 @@ import TestSupport
         #expect(try times.map { try $0.decode("t", as: Date?.self) } == dates)
     }
 
+    /// The binary form of every element type, through the casts the writer's statements use.
+    @Test func binaryArraysRoundTripEveryElement() async throws {
+        let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        let strings: [String?] = Self.hostileStrings.values.sorted() + [nil, "{a,b}", "\\\"", "NULL"]
+        let texts = try await connection.query("SELECT t FROM unnest(\(PostgresArray(strings))::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n")
+        #expect(try texts.map { try $0.decode("t", as: String?.self) } == strings)
+
+        let dates: [Date?] = [Date(timeIntervalSince1970: 1_606_293_002.123456), nil, Date.distantFuture,
+                              Date(timeIntervalSince1970: -0.5), Date(timeIntervalSince1970: 0),
+                              Date(timeIntervalSince1970: 946_684_800), Date(timeIntervalSince1970: 946_684_799.999999)]
+        let times = try await connection.query("SELECT t FROM unnest(\(PostgresArray(dates))::timestamptz[]) WITH ORDINALITY AS u(t, n) ORDER BY n")
+        #expect(try times.map { try $0.decode("t", as: Date?.self) } == dates)
+        // Before year one too (which the text form writes as BC): the same instants as the text form's.
+        let eras = dates + [Date.distantPast, Date(timeIntervalSince1970: -62_135_596_800)]
+        let agree = try await connection.query("""
+            SELECT bool_and(b IS NOT DISTINCT FROM t) AS same, count(*) AS n
+            FROM unnest(\(PostgresArray(eras))::timestamptz[], \(PostgresTextArray(eras))::timestamptz[]) AS u(b, t)
+            """)
+        #expect(try agree[0].decode("same", as: Bool.self))
+        #expect(try agree[0].decode("n", as: Int.self) == eras.count)
+        // The server reads the instant, not just something that decodes back: the epoch is 2000-01-01 UTC.
+        let epoch = try await connection.query("SELECT (\(PostgresArray([Date(timeIntervalSince1970: 946_684_800)]))::timestamptz[])[1] = '2000-01-01 00:00:00+00' AS same")
+        #expect(try epoch[0].decode("same", as: Bool.self))
+
+        let big: [Int64?] = [.min, -1, 0, nil, 1, .max]
+        let small: [Int32?] = [.min, nil, 0, .max]
+        let ints: [Int?] = [42, nil, -7]
+        let flags: [Bool?] = [true, nil, false]
+        let rows = try await connection.query("""
+            SELECT array_to_string(\(PostgresArray(big))::bigint[], ',', 'null') AS big,
+                   array_to_string(\(PostgresArray(small))::integer[], ',', 'null') AS small,
+                   array_to_string(\(PostgresArray(ints))::integer[], ',', 'null') AS ints,
+                   array_to_string(\(PostgresArray(flags))::boolean[], ',', 'null') AS flags,
+                   cardinality(\(PostgresArray([String]()))::text[]) AS empty
+            """)
+        #expect(try rows[0].decode("big", as: String.self) == "-9223372036854775808,-1,0,null,1,9223372036854775807")
+        #expect(try rows[0].decode("small", as: String.self) == "-2147483648,null,0,2147483647")
+        #expect(try rows[0].decode("ints", as: String.self) == "42,null,-7")
+        #expect(try rows[0].decode("flags", as: String.self) == "t,null,f")
+        #expect(try rows[0].decode("empty", as: Int.self) == 0)
+    }
+
+    /// A value the cast cannot hold is the server's clear error, not a wrong number.
+    @Test func binaryArrayOutOfRangeForItsCastIsRefused() async throws {
+        let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        await #expect(throws: PostgresError.self) {
+            _ = try await connection.query("SELECT \(PostgresArray([Int(Int32.max) + 1]))::integer[] AS narrowed")
+        }
+    }
+
     @Test func datesBeforeYearOneAreWrittenAsBC() async throws {
         let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
         let rows = try await connection.query("SELECT extract(year FROM \(Date.distantPast))::int AS year")
