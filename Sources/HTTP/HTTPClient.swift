@@ -7,15 +7,17 @@ import Locking
 ///
 /// One thread of its own drives the multi handle; `execute` hands a request to it and awaits the
 /// answer through a continuation, so no blocking call ever runs on Swift's cooperative pool.
+/// The thread waits in epoll on the sockets libcurl names (its multi_socket API), so each
+/// wake-up costs what is ready, not the number of requests in flight: with `curl_multi_poll`
+/// every wake-up walked all C transfers and polled all their sockets.
 /// TLS peer and host verification are always on: there is no switch to turn them off.
 ///
 /// Lifetime: the loop thread holds the client until `shutdown()`, which every owner must call
 /// (once is enough; later calls return at once). A client never shut down keeps its thread and
 /// sockets; `deinit` can only run after the loop ended, and checks that it did.
 ///
-/// `Sendable`: the multi handle is only used on the loop thread (`curl_multi_wakeup`, which
-/// libcurl documents as callable from any thread, excepted); the queue shared with callers is
-/// behind a `Locked`.
+/// `Sendable`: the multi handle and the socket watch are only used on the loop thread; other
+/// threads only signal the wake-up eventfd; the queue shared with callers is behind a `Locked`.
 public final class HTTPClient: Sendable {
     public struct Configuration: Sendable {
         /// Connections kept open to one host. Requests beyond them wait in libcurl's queue
@@ -41,6 +43,9 @@ public final class HTTPClient: Sendable {
     }
 
     private nonisolated(unsafe) let multi: UnsafeMutableRawPointer
+    private nonisolated(unsafe) let watch: SocketWatch
+    /// An eventfd: any thread writes to it to wake the loop (a submission, a cancellation, shutdown).
+    private let wakeup: Int32
     private let state = Locked(SharedState())
     private let loopFinished = DispatchSemaphore(value: 0)
 
@@ -48,6 +53,19 @@ public final class HTTPClient: Sendable {
         HTTPClient.initializeLibcurlOnce()
         guard let multi = curl_multi_init() else { preconditionFailure("curl_multi_init failed: out of memory") }
         self.multi = multi
+        let epoll = rr_epoll_create()
+        let wakeup = rr_eventfd_create()
+        precondition(epoll >= 0 && wakeup >= 0, "epoll_create1 or eventfd failed: \(String(cString: strerror(errno)))")
+        precondition(rr_epoll_watch(epoll, wakeup, 1, 0) == 0, "epoll_ctl failed: \(String(cString: strerror(errno)))")
+        self.watch = SocketWatch(epoll: epoll)
+        self.wakeup = wakeup
+        let context = Unmanaged.passUnretained(watch).toOpaque()
+        for code in [rr_curl_multi_setopt_socket_callback(multi, SocketWatch.socketCallback),
+                     rr_curl_multi_setopt_pointer(multi, CURLMOPT_SOCKETDATA, context),
+                     rr_curl_multi_setopt_timer_callback(multi, SocketWatch.timerCallback),
+                     rr_curl_multi_setopt_pointer(multi, CURLMOPT_TIMERDATA, context)] {
+            precondition(code == CURLM_OK, "curl_multi_setopt failed: \(String(cString: curl_multi_strerror(code)))")
+        }
         // Constants of this program: a failure is a libcurl too old for it, not a runtime condition.
         for (option, value) in [(CURLMOPT_MAX_HOST_CONNECTIONS, configuration.maximumConnectionsPerHost),
                                 (CURLMOPT_MAXCONNECTS, configuration.maximumConnectionsPerHost),
@@ -65,7 +83,9 @@ public final class HTTPClient: Sendable {
 
     deinit {
         precondition(state.withLock { $0.isShuttingDown }, "an HTTPClient must be shut down before it is released")
-        curl_multi_cleanup(multi)
+        curl_multi_cleanup(multi)  // may still tell the watch to forget sockets: close after it
+        close(watch.epoll)
+        close(wakeup)
     }
 
     /// Stops the loop; requests still in flight fail with `cancelled`. Waits for the loop to end.
@@ -75,7 +95,7 @@ public final class HTTPClient: Sendable {
             return state.isShuttingDown
         }
         guard !alreadyDown else { return }
-        curl_multi_wakeup(multi)
+        rr_eventfd_signal(wakeup)
         loopFinished.wait()
     }
 
@@ -93,7 +113,7 @@ public final class HTTPClient: Sendable {
                     return true
                 }
                 if accepted {
-                    curl_multi_wakeup(multi)
+                    rr_eventfd_signal(wakeup)
                 } else {
                     transfer.finish(.failure(HTTPError(kind: .cancelled, message: "the HTTP client was shut down")))
                 }
@@ -102,7 +122,7 @@ public final class HTTPClient: Sendable {
             // Marked first: a cancellation that overtakes the submission is honoured when it starts.
             transfer.isCancelled.withLock { $0 = true }
             state.withLock { $0.cancelled.append(transfer) }
-            curl_multi_wakeup(multi)
+            rr_eventfd_signal(wakeup)
         }
         return try result.get()
     }
@@ -119,6 +139,8 @@ public final class HTTPClient: Sendable {
 
     private func runLoop(configuration: Configuration) {
         var active: [UnsafeMutableRawPointer: Transfer] = [:]
+        var readyDescriptors = [Int32](repeating: -1, count: 64)
+        var readyMasks = [Int32](repeating: 0, count: 64)
         while true {
             let (submitted, cancelled, isShuttingDown) = state.withLock { state in
                 defer {
@@ -166,16 +188,10 @@ public final class HTTPClient: Sendable {
                 return
             }
 
-            var running: Int32 = 0
-            let performed = curl_multi_perform(multi, &running)
-            if performed != CURLM_OK {
-                // The multi handle itself failed (out of memory, a libcurl bug): no transfer can go on.
-                let error = HTTPError(kind: .other, message: "curl_multi_perform: \(String(cString: curl_multi_strerror(performed)))")
-                for (easy, transfer) in active {
-                    curl_multi_remove_handle(multi, easy)
-                    transfer.finish(.failure(error))
-                }
-                active.removeAll()
+            // libcurl's timer (a new transfer to start, a timeout, a retry) when it is due.
+            if let deadline = watch.deadline, deadline <= SocketWatch.now() {
+                watch.deadline = nil
+                act(on: SocketWatch.timeout, ready: 0, active: &active)
             }
             var remaining: Int32 = 0
             while let message = curl_multi_info_read(multi, &remaining) {
@@ -186,8 +202,66 @@ public final class HTTPClient: Sendable {
                     transfer.complete(code: code)
                 }
             }
-            curl_multi_poll(multi, nil, 0, 1_000, nil)
+            // At most a second, so a lost wake-up could only ever delay, never stall.
+            let wait = watch.deadline.map { Int32(clamping: min(1_000, $0 - min($0, SocketWatch.now()))) } ?? 1_000
+            let count = rr_epoll_wait(watch.epoll, &readyDescriptors, &readyMasks, Int32(readyDescriptors.count), wait)
+            for index in 0..<max(0, Int(count)) {
+                if readyDescriptors[index] == wakeup {
+                    rr_eventfd_drain(wakeup)
+                } else {
+                    act(on: readyDescriptors[index], ready: readyMasks[index], active: &active)
+                }
+            }
         }
+    }
+
+    /// Lets libcurl work on one ready socket (or on its timer): it reads, writes and calls back.
+    private func act(on socket: Int32, ready: Int32, active: inout [UnsafeMutableRawPointer: Transfer]) {
+        var running: Int32 = 0
+        let code = curl_multi_socket_action(multi, socket, ready, &running)
+        guard code != CURLM_OK else { return }
+        // The multi handle itself failed (out of memory, a libcurl bug): no transfer can go on.
+        let error = HTTPError(kind: .other, message: "curl_multi_socket_action: \(String(cString: curl_multi_strerror(code)))")
+        for (easy, transfer) in active {
+            curl_multi_remove_handle(multi, easy)
+            transfer.finish(.failure(error))
+        }
+        active.removeAll()
+    }
+}
+
+/// The sockets libcurl wants watched, in one epoll instance, and when it next wants its timer.
+/// Only the loop thread touches it: libcurl calls back from inside the loop's own curl calls.
+final class SocketWatch {
+    let epoll: Int32
+    /// Monotonic milliseconds at which libcurl wants `curl_multi_socket_action` with the timeout
+    /// socket; nil when it wants none.
+    var deadline: UInt64?
+
+    init(epoll: Int32) {
+        self.epoll = epoll
+    }
+
+    static let timeout: Int32 = -1  // CURL_SOCKET_TIMEOUT
+
+    static func now() -> UInt64 {
+        DispatchTime.now().uptimeNanoseconds / 1_000_000
+    }
+
+    static let socketCallback: curl_socket_callback = { _, socket, what, context, _ in
+        let watch = Unmanaged<SocketWatch>.fromOpaque(context!).takeUnretainedValue()
+        if what == CURL_POLL_REMOVE {
+            _ = rr_epoll_unwatch(watch.epoll, socket)  // a socket already closed is gone from epoll too
+            return 0
+        }
+        let watched = rr_epoll_watch(watch.epoll, socket, what & CURL_POLL_IN != 0 ? 1 : 0, what & CURL_POLL_OUT != 0 ? 1 : 0)
+        return watched == 0 ? 0 : -1  // -1: libcurl fails the transfers on this socket rather than leave them unwatched
+    }
+
+    static let timerCallback: curl_multi_timer_callback = { _, milliseconds, context in
+        let watch = Unmanaged<SocketWatch>.fromOpaque(context!).takeUnretainedValue()
+        watch.deadline = milliseconds < 0 ? nil : now() + UInt64(milliseconds)
+        return 0
     }
 }
 
