@@ -53,7 +53,7 @@ struct VerifyReceiptSource: AppleAccountSource {
 
     /// A receipt's verification with the facts of Apple's answer. Synchronous and not inlined, as
     /// is `localDecode`: work inlined into an async function can widen the frame that each of the
-    /// 2 × C accounts in flight holds while it waits for Apple.
+    /// 1.25 × C accounts in flight holds while it waits for Apple.
     @inline(never)
     static func verification(of receipt: StoredReceipt, local: ReceiptIdentifiers?, outcome: VerificationOutcome) -> ReceiptVerification {
         var verification = ReceiptVerification(receipt: receipt, local: local, outcome: outcome)

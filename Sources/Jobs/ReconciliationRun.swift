@@ -340,14 +340,18 @@ public final class ReconciliationRun: Sendable {
     }
 
     /// The producer: pages of due accounts in, each account verified in a window of
-    /// `2 x --concurrency`, results out in batches of `--batch-size`. The next page is read while
+    /// `1.25 x --concurrency`, results out in batches of `--batch-size`. The next page is read while
     /// this one is verified (one read at a time on the reader connection), so Apple's requests
     /// never wait for the database.
     private func verifyAccounts(
         processor: AccountProcessor, reader: ReconciliationStore, now: Date, logger: Logger,
         send: (_ batch: [AccountResult]) async -> Void
     ) async throws {
-        let window = max(options.concurrency * 2, 16)
+        // C waiting for Apple, and a quarter more decoding, planning or backing off, so a permit
+        // never idles for want of an account. Each account in the window holds its receipts and
+        // its frame: 2 C held 35 MB more at C = 1,000 for the same throughput (measured at
+        // C = 64, 256 and 1,000).
+        let window = options.concurrency + max(options.concurrency / 4, 16)
         let options = self.options
         @Sendable func read(after cursor: String?) async throws -> ReconciliationStore.AccountPage? {
             guard let cursor else { return nil }
