@@ -91,7 +91,7 @@ let package = Package(
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport", logging]),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "AppStoreModels", "SignedData", "Throttling", "HTTP", "TestSupport", logging, crypto]),
         .testTarget(name: "SignedDataTests", dependencies: ["SignedData", "AppStoreModels", "AppleSimulator", "Hashing", "Locking", "TestSupport"]),
-        .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "CivilCalendar", "TestSupport"]),
+        .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "CivilCalendar", "Hashing", "TestSupport"]),
         .testTarget(
             name: "JobsTests",
             dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "CivilCalendar", "Reconciliation", "Postgres", "TestSupport", logging],

@@ -90,10 +90,10 @@ public enum StorableValues {
 }
 
 extension ReceiptIdentifiers {
-    /// Names the blob a stored decode came from (`receipt_decoded_digest`): FNV-1a of its text.
+    /// Names the blob a stored decode came from (`receipt_decoded_digest`): MurmurHash64A of its
+    /// text. (Until 2026-11-24 FNV-1a: a digest stored then matches no blob now, so the first run
+    /// after that decodes each receipt once more and stores the new digest.)
     public static func digest(ofBlob blob: String) -> Int64 {
-        var hash = FNV1a()
-        hash.combine(blob)
-        return Int64(bitPattern: hash.value)
+        Int64(bitPattern: MurmurHash64A.digest(blob))
     }
 }
