@@ -67,11 +67,13 @@ public struct EntitlementRules: Sendable {
                     transaction: transaction, environment: receipt.environment, fromLatestReceiptInfo: false, source: receipt.source))
             }
         }
-        return byId.values.sorted {
-            let left = $0.transaction.purchaseDate ?? .distantPast
-            let right = $1.transaction.purchaseDate ?? .distantPast
-            return left != right ? left < right : $0.transaction.transactionId < $1.transaction.transactionId
-        }
+        // Sorted by key, the transactions moved once: sorting the large values themselves moved
+        // and copied them at every step (4 % of a nightly run's client CPU).
+        let unique = Array(byId.values)
+        let keys = unique.map { (purchased: $0.transaction.purchaseDate ?? .distantPast, id: $0.transaction.transactionId) }
+        return keys.indices.sorted {
+            keys[$0].purchased != keys[$1].purchased ? keys[$0].purchased < keys[$1].purchased : keys[$0].id < keys[$1].id
+        }.map { unique[$0] }
     }
 
     /// Apple's `cancellation_reason` of every cancelled transaction, for the reasons in reports.
