@@ -97,12 +97,16 @@ extension String: PostgresArrayElement {
     public func appendPostgresBinary(to bytes: inout [UInt8]) { bytes.append(contentsOf: utf8) }
 }
 
-extension Int64: PostgresArrayElement {
-    public static var postgresArrayType: PostgresType { .int8Array }
+/// Integers' binary form: big-endian, of their width.
+extension PostgresArrayElement where Self: FixedWidthInteger {
     @inlinable
     public func appendPostgresBinary(to bytes: inout [UInt8]) {
         withUnsafeBytes(of: bigEndian) { bytes.append(contentsOf: $0) }
     }
+}
+
+extension Int64: PostgresArrayElement {
+    public static var postgresArrayType: PostgresType { .int8Array }
 }
 
 /// `Int` is bound as `bigint`, as a single value is; SQL casts it where a column is `integer`.
@@ -114,10 +118,6 @@ extension Int: PostgresArrayElement {
 
 extension Int32: PostgresArrayElement {
     public static var postgresArrayType: PostgresType { .int4Array }
-    @inlinable
-    public func appendPostgresBinary(to bytes: inout [UInt8]) {
-        withUnsafeBytes(of: bigEndian) { bytes.append(contentsOf: $0) }
-    }
 }
 
 extension Bool: PostgresArrayElement {
