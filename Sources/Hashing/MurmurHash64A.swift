@@ -17,10 +17,9 @@ public enum MurmurHash64A {
             h = h &* m
             offset += 8
         }
-        let tail = bytes.count - offset
-        if tail > 0 {
-            for index in stride(from: tail - 1, through: 0, by: -1) {
-                h ^= UInt64(bytes[offset + index]) << (8 * UInt64(index))
+        if offset < bytes.count {  // the last 1-7 bytes, as a little-endian word
+            for index in offset..<bytes.count {
+                h ^= UInt64(bytes[index]) << (8 * UInt64(index - offset))
             }
             h = h &* m
         }

@@ -46,11 +46,9 @@ public struct PostgresArray: Sendable, Equatable {
     struct Writer {
         @usableFromInline var bytes: [UInt8] = []
         @usableFromInline var hasNull = false
-        @usableFromInline let count: Int
 
         @inlinable
         init<Element: PostgresArrayElement>(_ element: Element.Type, count: Int) {
-            self.count = count
             bytes.reserveCapacity(20 + count * 16)
             Self.appendInt32(count == 0 ? 0 : 1, to: &bytes)
             Self.appendInt32(0, to: &bytes)  // has nulls: set by finish()

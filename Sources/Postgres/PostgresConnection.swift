@@ -345,8 +345,8 @@ func withCStringArray<Result>(_ strings: [String], _ body: (UnsafePointer<Unsafe
 }
 
 /// PQexecParams' parallel arrays for `binds`: values (NULL pointers for SQL NULL), lengths
-/// (read for binary values only) and formats (0 text, 1 binary). Values are copied into memory
-/// libpq may read until `body` returns.
+/// (read for binary values only) and formats (0 text, 1 binary). Values are copied into malloc'd
+/// memory libpq may read until `body` returns.
 func withParameters<Result>(
     _ binds: [PostgresBind],
     _ body: (UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?, UnsafePointer<Int32>?) -> Result
@@ -362,16 +362,12 @@ func withParameters<Result>(
         case .binary(let bytes):
             lengths[index] = Int32(bytes.count)
             formats[index] = 1
-            let copy = UnsafeMutablePointer<CChar>.allocate(capacity: max(bytes.count, 1))
-            bytes.withUnsafeBytes { copy.initialize(from: $0.bindMemory(to: CChar.self).baseAddress!, count: bytes.count) }
-            return copy
+            let copy = malloc(max(bytes.count, 1))!
+            bytes.withUnsafeBytes { if let base = $0.baseAddress { memcpy(copy, base, $0.count) } }
+            return copy.assumingMemoryBound(to: CChar.self)
         }
     }
-    defer {
-        for (index, copy) in copies.enumerated() {
-            if case .binary = binds[index].value { copy?.deallocate() } else { free(copy) }
-        }
-    }
+    defer { copies.forEach { free($0) } }
     let pointers = copies.map { UnsafePointer($0) } + [nil]
     return pointers.withUnsafeBufferPointer { values in
         lengths.withUnsafeBufferPointer { lengths in

@@ -269,9 +269,10 @@ extension Array: PostgresEncodable where Element == String {
     public var postgresText: String { PostgresTextArray(self).postgresText }
 }
 
-/// A `text[]` whose elements may be NULL: a whole column of a batch in one bind, cast in SQL
-/// (`unnest($1::bigint[], $2::timestamptz[])`) so one statement writes many rows. The array's
-/// text is written once, as bytes: a batch binds tens of thousands of values through here.
+/// An array in PostgreSQL's text form, elements possibly NULL: for a `[String]` bound to
+/// `= ANY($1)`, and for arrays nested in a batch column (each receipt's original ids, one
+/// `text[]` literal per element of a binary `PostgresArray`). Batch columns themselves are
+/// `PostgresArray`s: the server reads those without parsing.
 public struct PostgresTextArray: PostgresEncodable {
     public let postgresText: String
 
