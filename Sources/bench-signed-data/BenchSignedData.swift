@@ -8,7 +8,7 @@ import SignedData
 @main
 struct BenchSignedData {
     static func main() async throws {
-        let fixtures = CommandLine.arguments.count > 1 ? CommandLine.arguments[1] : "../shared/fixtures/asapi"
+        let fixtures = CommandLine.arguments.count > 1 ? CommandLine.arguments[1] : "Tests/Fixtures/asapi"
         let transaction = try String(contentsOfFile: fixtures + "/real/mingos-signedTransaction-consumable-JPY-sandbox.jws", encoding: .utf8)
         let body = try Data(contentsOf: URL(filePath: fixtures + "/real/gopay-notificationV2Body-DID_RENEW-sandbox.json"))
         let notification = NotificationV2Body.signedPayload(Array(body))!

@@ -3,7 +3,7 @@ import Foundation
 import Testing
 import TestSupport
 
-/// The real receipts in ../shared/fixtures/receipts decode to the values PROVENANCE.md asserts.
+/// The real receipts in Tests/Fixtures/receipts decode to the values PROVENANCE.md asserts.
 @Suite struct ReceiptDecoderTests {
     static func appReceipt(_ name: String) throws -> AppReceipt {
         guard case .appReceipt(let receipt) = try ReceiptDecoder.decode(Fixtures.bytes("receipts/\(name)")) else {

@@ -3,7 +3,7 @@ import Foundation
 import Testing
 import TestSupport
 
-/// The real notifications in ../shared/fixtures/notifications decode to what PROVENANCE.md says.
+/// The real notifications in Tests/Fixtures/notifications decode to what PROVENANCE.md says.
 @Suite struct ServerNotificationFixtureTests {
     static func load(_ name: String) throws -> ServerNotification {
         try ServerNotification.decode(Fixtures.bytes("notifications/\(name)"))

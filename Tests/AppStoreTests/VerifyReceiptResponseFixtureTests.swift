@@ -3,7 +3,7 @@ import Foundation
 import Testing
 import TestSupport
 
-/// The real Apple answers in ../shared/fixtures/verify-responses decode to what PROVENANCE.md says.
+/// The real Apple answers in Tests/Fixtures/verify-responses decode to what PROVENANCE.md says.
 @Suite struct VerifyReceiptResponseFixtureTests {
     static func load(_ name: String) throws -> VerifyReceiptResponse {
         try VerifyReceiptResponse.decode(Fixtures.bytes("verify-responses/\(name)"))

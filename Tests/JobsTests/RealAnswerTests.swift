@@ -4,7 +4,7 @@ import Storage
 import Testing
 import TestSupport
 
-/// A run over Apple's real answers (`../shared/fixtures/verify-responses`, served by the simulator
+/// A run over Apple's real answers (`Tests/Fixtures/verify-responses`, served by the simulator
 /// for given blobs) lands what those answers say. Every expected value below was read by hand
 /// from the answer files and their PROVENANCE.md entries, with contract section 5 applied by
 /// hand; none was copied from the job's output. The run's clock is today, so every subscription

@@ -177,7 +177,7 @@ enum Build {
     }
 }
 
-/// The rules over real answers from ../shared/fixtures.
+/// The rules over real answers from Tests/Fixtures.
 @Suite struct EntitlementRulesFixtureTests {
     static func receipt(_ file: String) throws -> VerifiedFacts {
         let response = try VerifyReceiptResponse.decode(Fixtures.bytes("verify-responses/\(file)"))

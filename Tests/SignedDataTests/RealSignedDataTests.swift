@@ -4,7 +4,7 @@ import SignedData
 import Testing
 import TestSupport
 
-/// Apple-signed data nobody here wrote (shared/fixtures/asapi, see its PROVENANCE.md): it verifies
+/// Apple-signed data nobody here wrote (Tests/Fixtures/asapi, see its PROVENANCE.md): it verifies
 /// against the built-in Apple Root CA - G3 at its own signedDate, decodes to the values the
 /// provenance lists, and fails the named check when one byte of it changes.
 @Suite struct RealSignedDataTests {

@@ -1,6 +1,6 @@
 import Foundation
 
-/// Reads files from `../shared/fixtures`.
+/// Reads files from `Tests/Fixtures` (real data other people published: see its PROVENANCE.md).
 public enum Fixtures {
     public static func data(_ path: String) throws -> Data {
         try Data(contentsOf: TestPaths.fixtures.appending(path: path))

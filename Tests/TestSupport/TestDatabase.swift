@@ -60,11 +60,11 @@ extension String {
     }
 }
 
-/// Paths of the shared fixtures and of the built executables.
+/// Paths of the fixtures and of the built executables.
 public enum TestPaths {
-    /// `../shared/fixtures`, beside the repository.
+    /// `Tests/Fixtures`: the repository's own copy, so a clone alone runs every test.
     public static var fixtures: URL {
-        repositoryRoot.deletingLastPathComponent().appending(path: "shared/fixtures")
+        repositoryRoot.appending(path: "Tests/Fixtures")
     }
 
     public static var repositoryRoot: URL {
