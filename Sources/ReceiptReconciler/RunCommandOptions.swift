@@ -31,6 +31,21 @@ struct TimeLength: ExpressibleByArgument, Sendable {
 
 
     var duration: Duration { .milliseconds(Int64(seconds * 1000)) }
+
+    /// `--help` shows a default as the user would type it (`1h`, `20h`, `7d`), not as a struct.
+    var defaultValueDescription: String { Self.text(seconds: seconds) }
+
+    /// The largest unit that states the length exactly; `1.5s`, `250ms` where none does.
+    static func text(seconds: TimeInterval) -> String {
+        if seconds == 0 { return "0s" }
+        for (suffix, unit) in [("d", 86_400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0)]
+        where seconds >= unit && seconds.truncatingRemainder(dividingBy: unit) == 0 {
+            return "\(Int(seconds / unit))\(suffix)"
+        }
+        let milliseconds = seconds * 1000
+        if milliseconds == milliseconds.rounded() { return "\(Int(milliseconds))ms" }
+        return "\(seconds)s"
+    }
 }
 
 /// `K/N`: shard K (0-based) of N.

@@ -45,6 +45,24 @@ import TestSupport
         #expect(result.stderr.contains("database"))
     }
 
+    /// `--help` prints each duration's default as it would be typed (issue 29), not as a Swift value.
+    @Test(arguments: [
+        ("run", "--stale-after", "20h"), ("run", "--expiry-lag", "1h"), ("run", "--notification-max-age", "7d"),
+        ("run", "--request-timeout", "1m"), ("run", "--progress-interval", "10s"), ("explain", "--expiry-lag", "1h"),
+    ])
+    func helpShowsDurationsInTheUnitsTheUserTypes(command: String, option: String, expected: String) async throws {
+        let result = try await CLIProcess.run([command, "--help"], environment: [:])
+        #expect(result.status == 0)
+        #expect(!result.stdout.contains("TimeLength"), "\(result.stdout)")
+        // ArgumentParser folds long lines: the option's help is read with white space folded, up to the next option.
+        let folded = result.stdout.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        let options = try #require(folded.range(of: "OPTIONS:"))
+        let start = try #require(folded.range(of: "\(option) <", range: options.upperBound..<folded.endIndex), "\(option) in \(command) --help")
+        let rest = folded[start.upperBound...]
+        let help = rest[..<(rest.range(of: " --")?.lowerBound ?? rest.endIndex)]
+        #expect(help.contains("(default: \(expected))"), "\(help)")
+    }
+
     /// The process holds the shared secret and the key: it never dumps core.
     @Test func noCoreDumps() async throws {
         let simulator = try SimulatorProcess()
