@@ -30,11 +30,15 @@ public struct SignedNotifications: Sendable {
         }
         if payload["notificationUUID"] == nil { payload["notificationUUID"] = UUID().uuidString.lowercased() }
         if payload["version"] == nil { payload["version"] = "2.0" }
-        if payload["signedDate"] == nil { payload["signedDate"] = Int64(Date().timeIntervalSince1970 * 1_000) }
+        // `"signedDate": null` signs a payload without one (what the verifier must reject), and the
+        // inner payloads too unless they name their own.
+        let signedDate: Any = payload["signedDate"] ?? Int64(Date().timeIntervalSince1970 * 1_000)
+        payload["signedDate"] = signedDate is NSNull ? nil : signedDate
         if var data = payload["data"] as? [String: Any] {
             for (object, signed) in [("transactionInfo", "signedTransactionInfo"), ("renewalInfo", "signedRenewalInfo")] {
                 guard var inner = data.removeValue(forKey: object) as? [String: Any] else { continue }
-                if inner["signedDate"] == nil { inner["signedDate"] = payload["signedDate"] }
+                if inner["signedDate"] == nil { inner["signedDate"] = signedDate }
+                if inner["signedDate"] is NSNull { inner["signedDate"] = nil }
                 if inner["environment"] == nil, let environment = data["environment"] { inner["environment"] = environment }
                 if object == "transactionInfo", inner["bundleId"] == nil, let bundleId = data["bundleId"] { inner["bundleId"] = bundleId }
                 data[signed] = try chain.sign(Self.json(inner))

@@ -147,13 +147,16 @@ public final class SignedDataVerifier: Sendable {
         record(.oid, chain.oidsPresent, chain.oidDetail)
 
         let claims = payload.claims
-        let (validationTime, timeSource) = Self.validationTime(claims.signedDate, fallback: signedDateFallback(payload))
-        let expired = chain.certificates.first { !($0.notValidBefore...$0.notValidAfter).contains(validationTime) }
+        let validation = Self.validationTime(claims.signedDate, fallback: signedDateFallback(payload))
         if chain.certificates.isEmpty {
             record(.validity, false, "no certificate to check")
-        } else if let expired {
+        } else if validation == nil {
+            record(.validity, false, "no signedDate\(Payload.self == NotificationV2Payload.self ? " (nor on its signed transaction)" : ""): "
+                   + "the certificates cannot be checked at the time Apple signed, and are never checked at now")
+        } else if let (validationTime, timeSource) = validation,
+                  let expired = chain.certificates.first(where: { !($0.notValidBefore...$0.notValidAfter).contains(validationTime) }) {
             record(.validity, false, "\(expired.subject) is valid \(Timestamp.day(expired.notValidBefore)) to \(Timestamp.day(expired.notValidAfter)), not at \(timeSource) \(Timestamp.format(validationTime))")
-        } else {
+        } else if let (validationTime, timeSource) = validation {
             record(.validity, true, "every certificate valid at \(timeSource) \(Timestamp.format(validationTime))")
         }
 
@@ -194,11 +197,12 @@ public final class SignedDataVerifier: Sendable {
         }
     }
 
-    /// The time certificates must be valid at: the payload's `signedDate`, else the fallback, else now.
-    private static func validationTime(_ signedDate: Date?, fallback: Date?) -> (Date, String) {
+    /// The time certificates must be valid at: the payload's `signedDate`, else the fallback; nil
+    /// when neither is there. Never now: a leaf that has expired would pass for data signed after it did.
+    private static func validationTime(_ signedDate: Date?, fallback: Date?) -> (Date, String)? {
         if let signedDate { return (signedDate, "signedDate") }
         if let fallback { return (fallback, "the transaction's signedDate") }
-        return (Date(), "now (no signedDate)")
+        return nil
     }
 
     private static func signatureIsValid(_ jws: CompactJWS, leafKey: P256.Signing.PublicKey?) -> Bool {

@@ -25,13 +25,15 @@ import TestSupport
     /// A V2 body: `transaction` is signed inside it as signedTransactionInfo.
     static func body(
         _ type: String, subtype: String? = nil, uuid: String = UUID().uuidString.lowercased(), transaction: [String: Any]? = nil,
-        bundleId: String = "com.example.app", environment: String = "Production", fault: SigningChain.Fault? = nil
+        bundleId: String = "com.example.app", environment: String = "Production", fault: SigningChain.Fault? = nil,
+        undated: Bool = false
     ) throws -> String {
         var data: [String: Any] = ["bundleId": bundleId, "environment": environment, "appAppleId": appAppleId]
         if let transaction { data["transactionInfo"] = transaction }
         var spec: [String: Any] = ["notificationType": type, "notificationUUID": uuid, "data": data]
         if let subtype { spec["subtype"] = subtype }
         if let fault { spec["simulatorFault"] = fault.rawValue }
+        if undated { spec["signedDate"] = NSNull() }  // signed with no signedDate, on the payload nor on its transaction
         return try SignedNotifications(chain: chain).body(forSpec: Array(JSONSerialization.data(withJSONObject: spec)))
     }
 
@@ -116,6 +118,26 @@ import TestSupport
             let markdown = try String(contentsOf: try #require(try world.lastReportDirectory()).appending(path: "summary.md"), encoding: .utf8)
             #expect(markdown.contains("## Rejected notifications"))
             #expect(markdown.contains("jws_invalid: signature"))
+        }
+    }
+
+    /// No signedDate anywhere: the certificates cannot be checked at the time Apple signed, so the
+    /// notification is rejected for validity and its refund never reaches the ledger (issue 29).
+    @Test func aNotificationWithNoSignedDateIsRejectedForValidity() async throws {
+        try await RunWorld.with("v2-undated") { world in
+            try await Self.gamer(world)
+            _ = try await world.run(Self.options(world))
+            let ledger = try await world.connection.query("SELECT * FROM iap.transactions ORDER BY transaction_id").map(\.values)
+            _ = try await Self.ingest(world, [
+                try Self.body("REFUND", transaction: Self.consumable("91", world: world, revokedAt: world.nowMs), undated: true),
+            ])
+            let (summary, _) = try await world.run(Self.options(world))
+            #expect(summary.notifications["v2 (unverified)"]?[.rejected] == 1)
+            #expect(summary.accountsProcessed == 0)
+            let reason = try await world.connection.query("SELECT reason FROM iap.notifications WHERE outcome = 'rejected'")
+                .map { try $0.decode("reason", as: String.self) }
+            #expect(reason == ["jws_invalid: validity"])
+            #expect(try await world.connection.query("SELECT * FROM iap.transactions ORDER BY transaction_id").map(\.values) == ledger)
         }
     }
 

@@ -56,6 +56,32 @@ import TestSupport
         #expect(notACertificate.stderr.contains("trusted root 1 is not a DER X.509 certificate"))
     }
 
+    /// Signed data with no signedDate fails validity on the inspect path too, with the reason said,
+    /// while the chain and the signature pass (issue 29).
+    @Test func inspectFailsValidityWithoutASignedDate() async throws {
+        let chain = try SigningChain.create()
+        let directory = FileManager.default.temporaryDirectory.appending(path: "rr-undated-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let root = directory.appending(path: "root.der")
+        try Data(chain.root).write(to: root)
+        let notification = try SignedNotifications(chain: chain).body(forSpec: Array(
+            #"{"notificationType":"TEST","signedDate":null,"data":{"bundleId":"com.example.app","environment":"Sandbox"}}"#.utf8))
+        let transaction = try chain.sign(Array(#"""
+            {"transactionId":"1","originalTransactionId":"1","productId":"coins.100","bundleId":"com.example.app","environment":"Sandbox","purchaseDate":1700000000000}
+            """#.utf8))
+        for (name, input) in [("notification.json", notification), ("transaction.jws", transaction)] {
+            let file = directory.appending(path: name)
+            try input.write(to: file, atomically: true, encoding: .utf8)
+            let result = try await CLIProcess.run(
+                ["inspect", "--apple-root-certificate", root.path, "--bundle-id", "com.example.app", file.path], environment: Self.bare)
+            #expect(result.status == 1, "\(name): \(result.stdout)")
+            #expect(result.stdout.contains("FAIL  validity     no signedDate"), "\(name): \(result.stdout)")
+            #expect(result.stdout.contains("pass  chain") && result.stdout.contains("pass  signature"), "\(name): \(result.stdout)")
+            #expect(result.stdout.hasSuffix("A check failed: a run would not use this data.\n"))
+        }
+    }
+
     @Test func ingestingTheSameV2BodyTwiceStoresItOnce() async throws {
         try await RunWorld.with("ingest-v2") { world in
             try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)

@@ -15,7 +15,7 @@ import Testing
 
     static func notification(
         fault: String? = nil, bundleId: String = "com.example.app", environment: String = "Sandbox", appAppleId: Int64? = 1234,
-        transactionEnvironment: String? = nil
+        transactionEnvironment: String? = nil, signedDate: Any? = nil, transactionSignedDate: Any? = nil
     ) throws -> String {
         var data: [String: Any] = ["bundleId": bundleId, "environment": environment]
         if let appAppleId { data["appAppleId"] = appAppleId }
@@ -24,9 +24,11 @@ import Testing
             "type": "Consumable", "purchaseDate": 1_700_000_000_000, "price": 990, "currency": "EUR",
         ]
         if let transactionEnvironment { transaction["environment"] = transactionEnvironment }
+        if let transactionSignedDate { transaction["signedDate"] = transactionSignedDate }
         data["transactionInfo"] = transaction
         var spec: [String: Any] = ["notificationType": "REFUND", "notificationUUID": "00000000-0000-4000-8000-000000000001", "data": data]
         if let fault { spec["simulatorFault"] = fault }
+        if let signedDate { spec["signedDate"] = signedDate }
         let body = try SignedNotifications(chain: chain).body(forSpec: Array(try JSONSerialization.data(withJSONObject: spec)))
         return try #require(NotificationV2Body.signedPayload(Array(body.utf8)))
     }
@@ -65,6 +67,28 @@ import Testing
         #expect(rejection?.check == check)
         #expect(rejection?.part == part)
         #expect(rejection?.reason == "jws_invalid: \(check.rawValue)")
+    }
+
+    /// Validity is checked at the time Apple signed: the payload's signedDate, else (a notification)
+    /// its transaction's. With neither there is no such time, and "now" is never taken for it.
+    @Test func noSignedDateAnywhereFailsValidity() async throws {
+        let undated = try Self.notification(signedDate: NSNull())
+        let rejection = try await Self.firstFailure(undated)
+        #expect(rejection?.check == .validity)
+        #expect(rejection?.part == nil)
+        #expect(rejection?.reason == "jws_invalid: validity")
+        let examination = await (try Self.verifier()).examineNotification(signedPayload: undated)
+        let validity = try #require(examination.notification.results.first { $0.check == .validity })
+        #expect(!validity.passed && validity.detail.hasPrefix("no signedDate (nor on its signed transaction)"), "\(validity.detail)")
+        // Every other check of the payload passed: only the missing date fails it.
+        #expect(examination.notification.results.filter { !$0.passed }.map(\.check) == [.validity])
+
+        // The payload has none but its transaction has: checked at the transaction's.
+        let transactionDated = try Self.notification(signedDate: NSNull(), transactionSignedDate: 1_700_000_000_000)
+        #expect(try await Self.firstFailure(transactionDated) == nil)
+        // A transaction with no signedDate of its own fails, whatever the notification around it says.
+        let innerUndated = try Self.notification(transactionSignedDate: NSNull())
+        #expect(try await Self.firstFailure(innerUndated)?.reason == "jws_invalid: validity (signedTransactionInfo)")
     }
 
     @Test func productionNeedsTheConfiguredAppAppleId() async throws {
