@@ -83,33 +83,35 @@ struct InspectCommand: AsyncParsableCommand {
 
     static func table(_ decoded: DecodedReceipt) -> String {
         func day(_ date: Date?) -> String { date.map { Timestamp.format($0) } ?? "-" }
+        // A receipt's strings are whoever made it: escaped, so none can forge a line or reach the terminal raw.
+        func text(_ value: String?) -> String { DisplayText.escaped(value ?? "-") }
         switch decoded {
         case .legacyTransactionReceipt(let legacy):
-            var text = "iOS 6 transaction receipt (not an app receipt)\n  environment: \(legacy.environment ?? "-")\n"
+            var output = "iOS 6 transaction receipt (not an app receipt)\n  environment: \(text(legacy.environment))\n"
             for (key, value) in legacy.purchaseInfo.sorted(by: { $0.key < $1.key }) where key != "signature" {
-                text += "  \(key): \(value)\n"
+                output += "  \(text(key)): \(text("\(value)"))\n"
             }
-            return text
+            return output
         case .appReceipt(let receipt):
-            var text = """
+            var output = """
                 App receipt
-                  receipt type:         \(receipt.receiptType ?? "-")
-                  bundle id:            \(receipt.bundleId ?? "-")
-                  app version:          \(receipt.appVersion ?? "-")
-                  original app version: \(receipt.originalAppVersion ?? "-")
+                  receipt type:         \(text(receipt.receiptType))
+                  bundle id:            \(text(receipt.bundleId))
+                  app version:          \(text(receipt.appVersion))
+                  original app version: \(text(receipt.originalAppVersion))
                   created:              \(day(receipt.creationDate))
                   expires:              \(day(receipt.expirationDate))
                   in-app purchases:     \(receipt.inAppPurchases.count)
 
                 """
             if !receipt.inAppPurchases.isEmpty {
-                text += "\n  product | transaction | original | purchased | expires | cancelled\n"
+                output += "\n  product | transaction | original | purchased | expires | cancelled\n"
                 for purchase in receipt.inAppPurchases {
-                    text += "  \(purchase.productId ?? "-") | \(purchase.transactionId ?? "-") | \(purchase.originalTransactionId ?? "-") | "
+                    output += "  \(text(purchase.productId)) | \(text(purchase.transactionId)) | \(text(purchase.originalTransactionId)) | "
                         + "\(day(purchase.purchaseDate)) | \(day(purchase.expiresDate)) | \(day(purchase.cancellationDate))\n"
                 }
             }
-            return text
+            return output
         }
     }
 }

@@ -1,6 +1,7 @@
 import AppStoreModels
 import CivilCalendar
 import Foundation
+import Reconciliation
 import SignedData
 
 /// What `inspect` shows of signed data: each signed part's fields and every check with its result.
@@ -55,14 +56,17 @@ struct SignedDataInspection {
         for part in parts {
             text += "\(part.name)\n"
             let fields = Self.flatten(part.fields).filter { !$0.key.hasSuffix("signedTransactionInfo") && !$0.key.hasSuffix("signedRenewalInfo") }
-            let width = fields.map(\.key.count).max() ?? 0
-            for (key, value) in fields {
-                text += "  " + key.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + Self.display(key: key, value) + "\n"
+            // The fields are what the signer wrote: escaped, so a value cannot forge a line or reach the terminal raw.
+            let keys = fields.map { DisplayText.escaped($0.key) }
+            let width = keys.map(\.count).max() ?? 0
+            for ((key, value), shown) in zip(fields, keys) {
+                text += "  " + shown.padding(toLength: width, withPad: " ", startingAt: 0) + "  "
+                    + DisplayText.escaped(Self.display(key: key, value)) + "\n"
             }
             text += "  checks\n"
             for check in part.checks {
                 text += "    " + (check.passed ? "pass" : "FAIL") + "  " + check.check.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0)
-                    + check.detail + "\n"
+                    + DisplayText.escaped(check.detail) + "\n"
             }
             text += "\n"
         }

@@ -1,6 +1,7 @@
 import CivilCalendar
 import Foundation
 import Logging
+import Reconciliation
 
 /// Writes one line per log message to stderr, as text or as a JSON object.
 struct StandardErrorLogHandler: LogHandler {
@@ -21,8 +22,11 @@ struct StandardErrorLogHandler: LogHandler {
         let line: String
         switch format {
         case .text:
-            let fields = merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-            line = "\(time) \(event.level) \(event.message)\(fields.isEmpty ? "" : " " + fields)\n"
+            // One message, one line: values from the database or Apple (an account id with a line
+            // feed or ESC) are escaped, so they can neither forge a line nor drive the terminal.
+            let fields = merged.sorted { $0.key < $1.key }
+                .map { "\(DisplayText.escaped($0.key))=\(DisplayText.escaped("\($0.value)"))" }.joined(separator: " ")
+            line = "\(time) \(event.level) \(DisplayText.escaped("\(event.message)"))\(fields.isEmpty ? "" : " " + fields)\n"
         case .json:
             var object: [String: String] = ["time": time, "level": "\(event.level)", "message": "\(event.message)"]
             for (key, value) in merged { object[key] = "\(value)" }

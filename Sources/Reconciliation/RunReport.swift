@@ -74,12 +74,14 @@ public enum RunReport {
         if let disagreements = summary.disagreements, !disagreements.isEmpty {
             lines.append("  source disagreements: \(disagreements.values.reduce(0, +)) (see disagreements.csv)")
         }
-        if let error = summary.error { lines.append("  note: \(error)") }
+        if let error = summary.error { lines.append("  note: \(DisplayText.escaped(error))") }
         return lines.joined(separator: "\n") + "\n"
     }
 
     public static func markdown(_ summary: RunSummary) -> String {
         func row(_ name: String, _ value: Int) -> String { "| \(name) | \(value) |" }
+        // Lines that carry account ids, reasons and types from the database or Apple.
+        func list(_ items: [String]) -> String { items.map { "- \(DisplayText.escaped($0))" }.joined(separator: "\n") + "\n" }
         var text = """
             # Reconciliation run \(summary.runId)
 
@@ -87,7 +89,7 @@ public enum RunReport {
             - Status: **\(summary.status.rawValue)**
             - Started: \(Timestamp.format(summary.startedAt))
             - Finished: \(summary.finishedAt.map { Timestamp.format($0) } ?? "-")
-            - Shard: \(summary.shard ?? "all accounts")
+            - Shard: \(DisplayText.escaped(summary.shard ?? "all accounts"))
 
             ## Accounts by outcome
 
@@ -123,33 +125,33 @@ public enum RunReport {
                 + " |\n|---|" + String(repeating: "---|", count: NotificationOutcome.allCases.count) + "\n"
             for (type, outcomes) in summary.notifications.sorted(by: { $0.key < $1.key }) {
                 let cells = NotificationOutcome.allCases.map { String(outcomes[$0] ?? 0) }
-                text += "| \(type) | " + cells.joined(separator: " | ") + " |\n"
+                text += "| \(DisplayText.escaped(type)) | " + cells.joined(separator: " | ") + " |\n"
             }
             text += "\nUnmatched notifications are tried again by later runs until they are a week old (`--notification-max-age`).\n"
             text += "V2 notifications are counted as `v2 TYPE` (`v2 TYPE/SUBTYPE`); every signed part of one is verified before it is used.\n"
         }
         if let rejected = summary.notificationsRejected, !rejected.isEmpty {
             text += "\n## Rejected notifications (nothing of them was used)\n\n"
-            text += rejected.map { "- \($0)" }.joined(separator: "\n") + "\n"
+            text += list(rejected)
         }
         if let disagreements = summary.disagreements, !disagreements.isEmpty {
             text += "\n## Where verifyReceipt and the App Store Server API disagree\n\n| kind | count |\n|---|---|\n"
             for kind in Disagreement.Kind.allCases { if let count = disagreements[kind] { text += "| \(kind.rawValue) | \(count) |\n" } }
             text += "\nThe first ones (all of them are in `disagreements.csv`):\n\n"
-            text += (summary.disagreementExamples ?? []).map { "- \($0)" }.joined(separator: "\n") + "\n"
+            text += list(summary.disagreementExamples ?? [])
         }
         if !summary.bundleMismatches.isEmpty {
             text += "\n## Receipts of another app (a fraud signal; Apple still decides)\n\n"
-            text += summary.bundleMismatches.map { "- \($0)" }.joined(separator: "\n") + "\n"
+            text += list(summary.bundleMismatches)
         }
         if summary.receiptsNotDecodedLocally > 0 {
             text += "\n\(summary.receiptsNotDecodedLocally) receipt(s) could not be decoded locally (not PKCS#7); they were verified with Apple all the same.\n"
         }
         if !summary.consumptionRequests.isEmpty {
             text += "\n## CONSUMPTION_REQUESTs (Apple waits for an answer this job cannot give)\n\n"
-            text += summary.consumptionRequests.map { "- \($0)" }.joined(separator: "\n") + "\n"
+            text += list(summary.consumptionRequests)
         }
-        if let error = summary.error { text += "\n## Note\n\n\(error)\n" }
+        if let error = summary.error { text += "\n## Note\n\n\(DisplayText.escaped(error))\n" }
         text += "\n## What polling cannot see\n\n\(blindSpots)\n"
         return text
     }
