@@ -244,18 +244,8 @@ public final class VerifyReceiptClient: Sendable {
     /// Apple's meaning of the final statuses, for reports.
     public static func describe(status: Int) -> String {
         switch status {
-        case 21000: "21000: the request to the App Store was malformed"
-        case 21002: "21002: the receipt data was malformed"
-        case 21003: "21003: the receipt could not be authenticated"
-        case 21004: "21004: the shared secret does not match the account's (check APPLE_SHARED_SECRET)"
-        case 21005: "21005: the receipt server was unavailable"
-        case 21006: "21006: the subscription expired, and Apple sent no receipt"
-        case 21007: "21007: a sandbox receipt sent to production"
-        case 21008: "21008: a production receipt sent to sandbox"
-        case 21009: "21009: internal data access error"
-        case 21010: "21010: the user account cannot be found or has been deleted"
-        case 21100...21199: "\(status): internal data access error (retry flag false)"
-        default: "\(status): a status Apple does not document"
+        case 21100...21199: "\(status): \(AppleCodes.verifyReceiptStatus(status)) (retry flag false)"
+        default: "\(status): \(AppleCodes.verifyReceiptStatus(status))"
         }
     }
 }

@@ -69,13 +69,18 @@ struct AccountProcessor: Sendable {
             if outcome.receiptOutcome == .verified {
                 // A source that verifies a whole account gives its facts once, with its first receipt.
                 if let facts = verification.facts { verified.append(facts) }
-            } else {
+            }
+            var update = update(after: verification, counts: &counts)
+            if outcome.receiptOutcome != .verified {
+                // One failure, told twice in the same words: failures.csv now, the receipt row for `explain` later.
+                let failure = ReceiptFailure(reason: outcome.reason ?? "", attempts: outcome.attempts,
+                                             endpoints: outcome.endpoints.map(\.rawValue).joined(separator: ">"))
                 failures.append(FailureRecord(
                     accountId: work.accountId, receiptId: receipt.id, outcome: outcome.receiptOutcome, appleStatus: outcome.finalStatus,
-                    attempts: outcome.attempts, endpoints: outcome.endpoints.map(\.rawValue).joined(separator: ">"),
-                    reason: outcome.reason ?? ""))
+                    attempts: failure.attempts, endpoints: failure.endpoints, reason: failure.reason))
+                update.failure = failure
             }
-            updates.append(update(after: verification, counts: &counts))
+            updates.append(update)
         }
         counts.outcome = AccountOutcome.combining(receiptOutcomes)
         return plan(work, verified: verified, updates: updates, failures: failures, counts: counts)

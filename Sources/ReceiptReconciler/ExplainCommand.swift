@@ -65,24 +65,29 @@ struct ExplainCommand: AsyncParsableCommand {
     }
 }
 
-/// The two layouts of an explanation.
+/// The two layouts of an explanation. Every value in the text layout came from the database or
+/// from Apple and is escaped (`DisplayText`): an id cannot split a line or reach the terminal raw.
 enum ExplainOutput {
     static func time(_ date: Date?) -> String { date.map { Timestamp.format($0) } ?? "-" }
 
     static func state(_ entitlement: Entitlement?) -> String {
         guard let entitlement else { return "no row" }
         var text = "\(entitlement.state.rawValue), \(entitlement.entitled ? "entitled" : "not entitled")"
-        if let expires = entitlement.expiresAt { text += ", expires \(time(expires))" }
-        if let grace = entitlement.gracePeriodExpiresAt { text += ", grace until \(time(grace))" }
         if let refunded = entitlement.refundedAt { text += ", refunded \(time(refunded))" }
+        if let expires = entitlement.expiresAt {
+            // A refunded or upgraded row keeps its transaction's expiry: it is not when access ends.
+            text += entitlement.state == .refunded || entitlement.state == .upgraded
+                ? ", was paid until \(time(expires))" : ", expires \(time(expires))"
+        }
+        if let grace = entitlement.gracePeriodExpiresAt { text += ", grace until \(time(grace))" }
         text += "  (transaction \(entitlement.latestTransactionId ?? "-"), chain \(entitlement.originalTransactionId)"
         if let environment = entitlement.environment { text += ", \(environment)" }
-        return text + ")"
+        return DisplayText.escaped(text + ")")
     }
 
-    /// Columns aligned with two spaces between them; the last column is not padded.
+    /// Columns aligned with two spaces between them; the last column is not padded. Cells are escaped.
     static func table(_ header: [String], _ rows: [[String]], indent: String = "  ") -> String {
-        let all = [header] + rows
+        let all = ([header] + rows).map { $0.map(DisplayText.escaped) }
         let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
         return all.map { row in
             indent + row.enumerated().map { index, cell in
@@ -91,27 +96,80 @@ enum ExplainOutput {
         }.joined(separator: "\n") + "\n"
     }
 
+    /// `21199 (internal data access error)`.
+    static func status(_ status: Int?) -> String {
+        status.map { "\($0) (\(AppleCodes.verifyReceiptStatus($0)))" } ?? "-"
+    }
+
+    /// Why no run changes the account, receipt by receipt, as failures.csv said it; nil when verified.
+    static func standing(_ standing: AccountStanding) -> [String] {
+        switch standing {
+        case .verified:
+            return []
+        case .noReceipts:
+            return ["NOT VERIFIED: no receipt is stored for this account, so no run verifies it and none changes its entitlements;",
+                    "  the stored rows stay as they are."]
+        case .unverified(let failing, let neverSent):
+            var lines = ["NOT VERIFIED: no run changes this account's entitlements until every one of its receipts verifies;",
+                         "  the stored rows stay as they are until then."]
+            for receipt in failing {
+                var line = "  receipt \(receipt.id): \(receipt.lastOutcome ?? "?")"
+                if let failure = receipt.lastFailure {
+                    line += " after \(failure.attempts) attempt(s)" + (failure.endpoints.isEmpty ? "" : " (\(failure.endpoints))")
+                        + ": \(failure.reason)"
+                }
+                if let status = receipt.lastStatus {
+                    line += receipt.lastFailure?.reason.contains(String(status)) == true
+                        ? " (\(status): \(AppleCodes.verifyReceiptStatus(status)))" : "; Apple status \(Self.status(status))"
+                }
+                line += "; \(receipt.attempts) run(s) in a row failed"
+                line += receipt.nextAttemptAt.map { "; tried again by the first run after \(Explanation.moment($0))" } ?? "; tried again by the next run"
+                lines.append(DisplayText.escaped(line))
+            }
+            for receipt in neverSent {
+                lines.append("  receipt \(receipt.id): never sent to Apple yet; the next run verifies it")
+            }
+            return lines
+        }
+    }
+
     static func text(_ evidence: AccountEvidence, _ decisions: [ProductDecision], now: Date) -> String {
-        var out = "Account \(evidence.accountId), as of \(time(now))\n\n"
-        out += "Entitlements: the rules' decision from the stored evidence, beside the stored row\n"
+        let standing = AccountStanding(receipts: evidence.receipts)
+        var out = "Account \(DisplayText.escaped(evidence.accountId)), as of \(time(now))\n"
+        // Support's question first: access or not, per product, in words.
+        if decisions.isEmpty { out += "  no product: nothing is entitled\n" }
+        for decision in decisions {
+            var line = "  \(DisplayText.escaped(decision.productId)): \(decision.verdict.text)"
+            if let next = decision.nextRun, next.kind == .grant || next.kind == .revoke {
+                line += decision.heldByExpiryLag ? "; a run after the expiry lag would \(next.kind.rawValue) it" : "; the next run would \(next.kind.rawValue) it"
+            }
+            out += DisplayText.escaped(line) + "\n"
+        }
+        let notVerified = Self.standing(standing)
+        if !notVerified.isEmpty { out += "\n" + notVerified.joined(separator: "\n") + "\n" }
+        out += "\nEntitlements: the rules' decision from the stored evidence, beside the stored row\n"
         if decisions.isEmpty { out += "  (no product)\n" }
         for decision in decisions {
-            out += "  \(decision.productId)  \(decision.type.rawValue) (\(decision.typeFrom))\n"
-            out += "    decided  \(decision.type == .consumable ? "no entitlement (consumable)" : state(decision.decided))\n"
+            out += "  \(DisplayText.escaped(decision.productId))  \(decision.type.rawValue) (\(decision.typeFrom))\n"
+            let decided = decision.type == .consumable ? "no entitlement (consumable)"
+                : decision.decided == nil && !standing.allowsCorrections ? "nothing yet: the account is not verified" : state(decision.decided)
+            out += "    decided  \(decided)\n"
             out += "    stored   \(state(decision.stored))\n"
-            for (index, line) in decision.why.enumerated() { out += "    \(index == 0 ? "why     " : "        ") \(line)\n" }
+            for (index, line) in decision.why.enumerated() { out += "    \(index == 0 ? "why     " : "        ") \(DisplayText.escaped(line))\n" }
             if let next = decision.nextRun {
                 let when = decision.heldByExpiryLag ? "a run after the expiry lag" : "the next run"
-                out += "    DIFFERS  \(when) would \(next.kind.rawValue): \(next.reason)\n"
+                out += "    DIFFERS  \(when) would \(next.kind.rawValue): \(DisplayText.escaped(next.reason))\n"
+            } else if !standing.allowsCorrections {
+                out += "    held     the account is not verified: no run changes this row until every receipt verifies\n"
             } else {
                 out += "    agrees   the stored row is what the rules decide\n"
             }
         }
         out += "\nReceipts\n"
         out += evidence.receipts.isEmpty ? "  (none)\n" : table(
-            ["id", "environment", "last status", "outcome", "last verified", "next attempt", "attempts", "local decode"],
+            ["id", "environment", "last status", "outcome", "last verified", "next attempt", "runs failed", "local decode"],
             evidence.receipts.map { receipt in
-                [String(receipt.id), receipt.environment ?? "-", receipt.lastStatus.map(String.init) ?? "-", receipt.lastOutcome ?? "never run",
+                [String(receipt.id), receipt.environment ?? "-", status(receipt.lastStatus), receipt.lastOutcome ?? "never run",
                  time(receipt.lastVerifiedAt), time(receipt.nextAttemptAt), String(receipt.attempts),
                  receipt.localBundleId.map { "\($0), \(receipt.localOriginalTransactionIds?.count ?? 0) chain(s)" } ?? "did not decode"]
             })
@@ -121,13 +179,15 @@ enum ExplainOutput {
             "\($0.transaction.productId), chain \($0.transaction.originalTransactionId ?? $0.transaction.transactionId)"
         }
         for chain in chains.keys.sorted() {
-            out += "  \(chain)\n"
+            out += "  \(DisplayText.escaped(chain))\n"
             let rows = chains[chain]!.sorted { ($0.transaction.purchaseDate ?? .distantPast) > ($1.transaction.purchaseDate ?? .distantPast) }
             out += table(
                 ["transaction", "purchased", "expires", "cancelled", "upgraded", "ownership", "environment", "source"],
                 rows.map { row in
                     let transaction = row.transaction
-                    let cancelled = transaction.cancellationDate.map { "\(time($0)) (reason \(transaction.cancellationReason.map(String.init) ?? "-"))" } ?? "-"
+                    let cancelled = transaction.cancellationDate.map { date in
+                        "\(time(date)) (reason \(transaction.cancellationReason.map { "\($0): \(AppleCodes.cancellationReason($0))" } ?? "-"))"
+                    } ?? "-"
                     return [transaction.transactionId, time(transaction.purchaseDate), time(transaction.expiresDate), cancelled,
                             transaction.isUpgraded == true ? "yes" : "-", transaction.inAppOwnershipType ?? "-", row.environment.rawValue,
                             row.source]
@@ -140,7 +200,8 @@ enum ExplainOutput {
                 let info = renewal.info
                 return [info.originalTransactionId ?? "-", info.productId ?? "-", info.autoRenewStatus.map { $0 ? "on" : "off" } ?? "-",
                         info.autoRenewProductId ?? "-", info.isInBillingRetryPeriod.map { $0 ? "yes" : "no" } ?? "-",
-                        time(info.gracePeriodExpiresDate), info.expirationIntent.map(String.init) ?? "-", renewal.environment.rawValue]
+                        time(info.gracePeriodExpiresDate), info.expirationIntent.map { "\($0) (\(AppleCodes.expirationIntent($0)))" } ?? "-",
+                        renewal.environment.rawValue]
             })
         out += "\nCorrections, newest first\n"
         out += evidence.corrections.isEmpty ? "  (none)\n" : table(
@@ -166,12 +227,22 @@ enum ExplainOutput {
                 "environment": value(entitlement.environment), "ownership_type": value(entitlement.ownershipType),
             ] as [String: Any]
         }
+        func standing(_ standing: AccountStanding) -> [String: Any] {
+            switch standing {
+            case .verified: return ["state": "verified", "verified": true, "receipts_failing": [Int64](), "receipts_never_sent": [Int64]()]
+            case .noReceipts: return ["state": "no_receipts", "verified": false, "receipts_failing": [Int64](), "receipts_never_sent": [Int64]()]
+            case .unverified(let failing, let neverSent):
+                return ["state": "unverified", "verified": false, "receipts_failing": failing.map(\.id), "receipts_never_sent": neverSent.map(\.id)]
+            }
+        }
         let object: [String: Any] = [
             "account_id": evidence.accountId,
             "as_of": Timestamp.format(now),
+            "standing": standing(AccountStanding(receipts: evidence.receipts)),
             "decisions": decisions.map { decision in
                 [
                     "product_id": decision.productId, "type": decision.type.rawValue, "type_from": decision.typeFrom,
+                    "verdict": ["access": decision.verdict.hasAccess, "text": decision.verdict.text] as [String: Any],
                     "decided": entitlement(decision.decided), "stored": entitlement(decision.stored), "why": decision.why,
                     "agrees": decision.nextRun == nil, "held_by_expiry_lag": decision.heldByExpiryLag,
                     "next_run": decision.nextRun.map { ["kind": $0.kind.rawValue, "reason": $0.reason] as Any } ?? NSNull(),
@@ -181,7 +252,10 @@ enum ExplainOutput {
                 [
                     "id": receipt.id, "environment": value(receipt.environment), "last_status": value(receipt.lastStatus),
                     "last_outcome": value(receipt.lastOutcome), "last_verified_at": time(receipt.lastVerifiedAt),
-                    "next_attempt_at": time(receipt.nextAttemptAt), "attempts": receipt.attempts,
+                    "next_attempt_at": time(receipt.nextAttemptAt), "failed_runs": receipt.attempts,
+                    "last_failure": receipt.lastFailure.map { failure in
+                        ["reason": failure.reason, "attempts": failure.attempts, "endpoints": failure.endpoints] as [String: Any]
+                    } ?? NSNull(),
                     "local_bundle_id": value(receipt.localBundleId), "local_original_transaction_ids": value(receipt.localOriginalTransactionIds),
                 ] as [String: Any]
             },

@@ -16,9 +16,13 @@ public struct AccountEvidence: Sendable {
         /// From the local decode of the blob; nil when it never decoded.
         public var localBundleId: String?
         public var localOriginalTransactionIds: [String]?
+        /// What its last failed verification said (failures.csv's words); nil once it verified.
+        public var lastFailure: ReceiptFailure?
 
         public init(id: Int64, environment: String?, lastStatus: Int?, lastOutcome: String?, lastVerifiedAt: Date?,
-                    nextAttemptAt: Date?, attempts: Int, localBundleId: String?, localOriginalTransactionIds: [String]?) {
+                    nextAttemptAt: Date?, attempts: Int, localBundleId: String?, localOriginalTransactionIds: [String]?,
+                    lastFailure: ReceiptFailure? = nil) {
+            self.lastFailure = lastFailure
             self.id = id
             self.environment = environment
             self.lastStatus = lastStatus
@@ -136,9 +140,49 @@ public struct AccountEvidence: Sendable {
     }
 }
 
+/// Whether a run may correct the account. Contract section 5: only an account all of whose
+/// receipts verified gets corrections; for the others nothing changes, whatever the failure. So
+/// `explain` never announces a change for an account that is not verified.
+public enum AccountStanding: Sendable, Equatable {
+    /// Every receipt verified at its last attempt: a run corrects what differs.
+    case verified
+    /// Some receipt's last verification failed, or it was never sent to Apple: no run changes the
+    /// account's entitlements until every receipt verifies.
+    case unverified(failing: [AccountEvidence.Receipt], neverSent: [AccountEvidence.Receipt])
+    /// No receipt is stored: no run verifies the account, so none changes its entitlements.
+    case noReceipts
+
+    public init(receipts: [AccountEvidence.Receipt]) {
+        guard !receipts.isEmpty else {
+            self = .noReceipts
+            return
+        }
+        let neverSent = receipts.filter { $0.lastOutcome == nil && $0.lastVerifiedAt == nil }
+        let failing = receipts.filter { $0.lastOutcome != nil && $0.lastOutcome != ReceiptOutcome.verified.rawValue }
+        self = failing.isEmpty && neverSent.isEmpty ? .verified : .unverified(failing: failing, neverSent: neverSent)
+    }
+
+    public var allowsCorrections: Bool { self == .verified }
+}
+
+/// Support's answer for one product, in words: whether the customer has access now (the stored
+/// row is what the app reads), until or since when, and why, with every code given its meaning.
+public struct Verdict: Sendable, Equatable {
+    public var hasAccess: Bool
+    /// `ACCESS until 2026-11-29 10:00 UTC (billing grace period: ...)`, `NO ACCESS since ... (refunded, reason 1: an issue in the app)`.
+    public var text: String
+
+    public init(hasAccess: Bool, text: String) {
+        self.hasAccess = hasAccess
+        self.text = text
+    }
+}
+
 /// One product's decision, re-made from the stored evidence by the run's own rules and diff.
 public struct ProductDecision: Sendable, Equatable {
     public var productId: String
+    /// Access now, from the stored row.
+    public var verdict: Verdict
     public var type: ProductType
     /// Where the type came from: `catalog`, or the rule's guess from the transactions.
     public var typeFrom: String
@@ -150,7 +194,8 @@ public struct ProductDecision: Sendable, Equatable {
     /// Why, line by line: the transaction chosen and the rule that decided the state.
     public var why: [String]
     /// What the next run that verifies the account in full, with Apple saying the same, would
-    /// change (nil: the stored row already agrees).
+    /// change (nil: the stored row already agrees, or the account is not verified and no run
+    /// changes it).
     public var nextRun: Correction?
     /// The next run's revoke waits for the expiry lag.
     public var heldByExpiryLag: Bool
@@ -162,6 +207,7 @@ public enum Explanation {
     public static func decisions(_ evidence: AccountEvidence, rules: EntitlementRules, diff: EntitlementDiff, now: Date)
         -> [ProductDecision]
     {
+        let standing = AccountStanding(receipts: evidence.receipts)
         let facts = evidence.facts
         let union = EntitlementRules.union(facts)
         let decided = rules.entitlements(accountId: evidence.accountId, receipts: facts, union: union, now: now)
@@ -171,10 +217,15 @@ public enum Explanation {
         return products.sorted().map { productId in
             let transactions = union.filter { $0.transaction.productId == productId }
             let considered = transactions.filter { rules.sandboxPolicy == .allow || $0.environment != .sandbox }
-            let type = rules.productType(productId, transactions: considered.isEmpty ? transactions : considered)
+            let stored = evidence.entitlements.first { $0.productId == productId }
+            let (type, typeFrom) = productType(productId, transactions: considered.isEmpty ? transactions : considered, stored: stored,
+                                               rules: rules)
             let entitlement = decided.first { $0.productId == productId }
-            let held = plan.heldRevokes.first { $0.productId == productId }
+            let held = standing.allowsCorrections ? plan.heldRevokes.first { $0.productId == productId } : nil
             var why = reasons(entitlement, type: type, transactions: considered, renewals: facts.flatMap(\.renewals), now: now)
+            if transactions.isEmpty, !standing.allowsCorrections, type != .consumable {
+                why = ["no transaction of this product is stored: the account's receipts have not all verified, so nothing is known yet"]
+            }
             if considered.count < transactions.count {
                 why.append("\(transactions.count - considered.count) sandbox transaction(s) ignored (--sandbox deny)")
             }
@@ -182,9 +233,68 @@ public enum Explanation {
                 why.append("the expiry passed less than the expiry lag (\(Int(diff.expiryLag))s) ago: the revoke waits for a later run")
             }
             return ProductDecision(
-                productId: productId, type: type, typeFrom: rules.catalog[productId] != nil ? "catalog" : "guessed from the transactions",
-                decided: entitlement, stored: evidence.entitlements.first { $0.productId == productId }, why: why,
-                nextRun: plan.corrections.first { $0.productId == productId } ?? held, heldByExpiryLag: held != nil)
+                productId: productId, verdict: verdict(stored: stored, type: type, evidence: evidence, now: now), type: type,
+                typeFrom: typeFrom, decided: entitlement, stored: stored, why: why,
+                nextRun: standing.allowsCorrections ? plan.corrections.first { $0.productId == productId } ?? held : nil,
+                heldByExpiryLag: held != nil)
+        }
+    }
+
+    /// The catalog's type; else the rules' guess from the transactions; else, with none stored,
+    /// from the stored row (an expiry means a subscription): never `non_consumable` for a row that expires.
+    static func productType(_ productId: String, transactions: [AccountTransaction], stored: Entitlement?,
+                            rules: EntitlementRules) -> (ProductType, String) {
+        if rules.catalog[productId] != nil { return (rules.productType(productId, transactions: transactions), "catalog") }
+        if !transactions.isEmpty { return (rules.productType(productId, transactions: transactions), "guessed from the transactions") }
+        guard let stored else { return (.nonConsumable, "guessed: nothing is stored") }
+        return (stored.expiresAt != nil ? .autoRenewable : .nonConsumable, "guessed from the stored row (no transaction is stored)")
+    }
+
+    /// `2026-11-29 10:00 UTC`: a moment as support reads it out.
+    public static func moment(_ date: Date) -> String {
+        let text = Timestamp.format(date)
+        return "\(text.prefix(10)) \(text.dropFirst(11).prefix(5)) UTC"
+    }
+
+    /// Access now as the stored row grants it (`entitled` follows its state), with the state's reason in words.
+    static func verdict(stored: Entitlement?, type: ProductType, evidence: AccountEvidence, now: Date) -> Verdict {
+        func at(_ date: Date?) -> String { date.map(moment) ?? "an unknown time" }
+        guard let stored else {
+            return type == .consumable
+                ? Verdict(hasAccess: false, text: "no entitlement: a consumable (the ledger only)")
+                : Verdict(hasAccess: false, text: "NO ACCESS (no entitlement row)")
+        }
+        let latest = evidence.ledger.first { $0.transaction.transactionId == stored.latestTransactionId }?.transaction
+        let renewal = evidence.renewals.first { $0.info.originalTransactionId == stored.originalTransactionId }?.info
+        let intent = renewal?.expirationIntent.map { "; expiration intent \($0): \(AppleCodes.expirationIntent($0))" } ?? ""
+        switch stored.state {
+        case .active:
+            guard let expires = stored.expiresAt else {
+                return Verdict(hasAccess: true, text: "ACCESS with no expiry (\(type == .nonConsumable ? "a one-time purchase" : "no expiry stored"))")
+            }
+            let what = switch type {
+            case .autoRenewable: "subscription active" + (stored.autoRenew.map { $0 ? ", auto-renew on" : ", auto-renew off: it ends then" } ?? "")
+            case .nonRenewing: "non-renewing pass"
+            default: "active"
+            }
+            return expires > now
+                ? Verdict(hasAccess: true, text: "ACCESS until \(at(expires)) (\(what))")
+                : Verdict(hasAccess: true, text: "ACCESS, though the stored expiry \(at(expires)) has passed (stored as active; "
+                          + "the next verification decides)")
+        case .gracePeriod:
+            return Verdict(hasAccess: true, text: "ACCESS until \(at(stored.gracePeriodExpiresAt ?? stored.expiresAt)) (billing grace period: "
+                           + "the renewal due \(at(stored.expiresAt)) failed, and Apple is retrying the payment)")
+        case .refunded:
+            let reason = latest?.cancellationReason.map { ", reason \($0): \(AppleCodes.cancellationReason($0))" } ?? ""
+            return Verdict(hasAccess: false, text: "NO ACCESS since \(at(stored.refundedAt ?? latest?.cancellationDate)) (refunded\(reason))")
+        case .upgraded:
+            return Verdict(hasAccess: false, text: "NO ACCESS to this product since \(at(latest?.cancellationDate)) (upgraded: "
+                           + "the customer moved to a higher product of the same subscription group)")
+        case .billingRetry:
+            return Verdict(hasAccess: false, text: "NO ACCESS since \(at(stored.expiresAt)) (billing retry: the renewal payment failed "
+                           + "and Apple is still trying to bill\(intent))")
+        case .expired:
+            return Verdict(hasAccess: false, text: "NO ACCESS since \(at(stored.expiresAt)) (expired\(intent))")
         }
     }
 
@@ -224,9 +334,10 @@ public enum Explanation {
         case .expired:
             let renewalNote = renewal == nil ? "no renewal info is stored for chain \(entitlement.originalTransactionId)"
                 : "the renewal info gives no grace period in force and no billing retry"
+                    + (renewal?.expirationIntent.map { " (expiration intent \($0): \(AppleCodes.expirationIntent($0)))" } ?? "")
             lines.append("expired \(time(entitlement.expiresAt)); \(renewalNote)")
         case .refunded:
-            let reason = chosen?.cancellationReason.map { " (reason \($0): \($0 == 1 ? "an issue in the app" : "another reason"))" } ?? ""
+            let reason = chosen?.cancellationReason.map { " (reason \($0): \(AppleCodes.cancellationReason($0)))" } ?? ""
             lines.append("cancelled \(time(entitlement.refundedAt))\(reason), not an upgrade: refunded")
         case .upgraded:
             lines.append("cancelled \(time(chosen?.cancellationDate)) by an upgrade (is_upgraded): the customer moved to a higher product")

@@ -23,6 +23,22 @@ public struct FailureRecord: Sendable {
     }
 }
 
+/// A receipt's failed verification, as `failures.csv` and `explain` show it.
+public struct ReceiptFailure: Sendable, Equatable {
+    /// Apple's or the network's words, with the HTTP code or Apple status.
+    public var reason: String
+    /// Attempts made in the run (a redirect hop belongs to its attempt).
+    public var attempts: Int
+    /// The hosts asked, in order: `Production>Sandbox`.
+    public var endpoints: String
+
+    public init(reason: String, attempts: Int, endpoints: String) {
+        self.reason = reason
+        self.attempts = attempts
+        self.endpoints = endpoints
+    }
+}
+
 /// One correction as reports list it.
 public struct CorrectionRecord: Sendable {
     public var id: Int64

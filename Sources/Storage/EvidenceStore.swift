@@ -17,15 +17,22 @@ public struct EvidenceStore: Sendable {
             var evidence = AccountEvidence(accountId: accountId)
             evidence.receipts = try await connection.query("""
                 SELECT id, environment, last_status, last_outcome, last_verified_at, next_attempt_at, attempts,
+                       last_failure_reason, last_failure_attempts, last_failure_endpoints,
                        receipt_bundle_id, array_to_string(receipt_original_transaction_ids, ' ') AS originals
                 FROM iap.app_receipts WHERE account_id = \(accountId) ORDER BY id
                 """).map { row in
-                AccountEvidence.Receipt(
+                var receipt = AccountEvidence.Receipt(
                     id: try row.decode("id"), environment: try row.decode("environment"), lastStatus: try row.decode("last_status"),
                     lastOutcome: try row.decode("last_outcome"), lastVerifiedAt: try row.decode("last_verified_at"),
                     nextAttemptAt: try row.decode("next_attempt_at"), attempts: try row.decode("attempts"),
                     localBundleId: try row.decode("receipt_bundle_id"),
                     localOriginalTransactionIds: try row.decode("originals", as: String?.self).map { $0.split(separator: " ").map(String.init) })
+                if let reason: String = try row.decode("last_failure_reason") {
+                    receipt.lastFailure = ReceiptFailure(
+                        reason: reason, attempts: try row.decode("last_failure_attempts", as: Int?.self) ?? 0,
+                        endpoints: try row.decode("last_failure_endpoints", as: String?.self) ?? "")
+                }
+                return receipt
             }
             evidence.ledger = try await connection.query("""
                 SELECT * FROM iap.transactions WHERE account_id = \(accountId)

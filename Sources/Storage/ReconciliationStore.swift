@@ -190,6 +190,9 @@ public struct ReconciliationStore: Sendable {
                 next_attempt_at  = CASE WHEN r.xmin::text = u.row_version THEN u.next_attempt_at ELSE r.next_attempt_at END,
                 attempts         = CASE WHEN r.xmin::text = u.row_version THEN u.attempts ELSE r.attempts END,
                 last_outcome     = CASE WHEN r.xmin::text = u.row_version THEN u.outcome ELSE r.last_outcome END,
+                last_failure_reason    = CASE WHEN r.xmin::text = u.row_version THEN u.failure_reason ELSE r.last_failure_reason END,
+                last_failure_attempts  = CASE WHEN r.xmin::text = u.row_version THEN u.failure_attempts ELSE r.last_failure_attempts END,
+                last_failure_endpoints = CASE WHEN r.xmin::text = u.row_version THEN u.failure_endpoints ELSE r.last_failure_endpoints END,
                 last_run_id      = \(runId),
                 latest_receipt   = CASE WHEN r.xmin::text = u.row_version AND u.latest_receipt IS NOT NULL
                                         THEN u.latest_receipt ELSE r.latest_receipt END,
@@ -223,9 +226,13 @@ public struct ReconciliationStore: Sendable {
                         \(PostgresArray(updates.map { $0.localOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[],
                         \(PostgresArray(updates.map(\.ledgerDigest)))::bigint[],
                         \(PostgresArray(updates.map { $0.ledgerOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[],
-                        \(PostgresArray(updates.map(\.localDecodeDigest)))::bigint[])
+                        \(PostgresArray(updates.map(\.localDecodeDigest)))::bigint[],
+                        \(PostgresArray(updates.map { $0.failure?.reason }))::text[],
+                        \(PostgresArray(updates.map { $0.failure?.attempts }))::integer[],
+                        \(PostgresArray(updates.map { $0.failure?.endpoints }))::text[])
                 AS u(id, row_version, environment, verified_at, status, next_attempt_at, attempts, outcome, latest_receipt,
-                     local_bundle_id, local_originals, ledger_digest, ledger_originals, decoded_digest)
+                     local_bundle_id, local_originals, ledger_digest, ledger_originals, decoded_digest,
+                     failure_reason, failure_attempts, failure_endpoints)
             WHERE r.id = u.id
             """)
     }

@@ -71,6 +71,8 @@ public struct ReceiptUpdate: Sendable {
     public var ledgerDigest: Int64?
     /// The original transaction ids of the account's verified facts; nil keeps the stored ones.
     public var ledgerOriginalTransactionIds: [String]?
+    /// Why this verification failed, as failures.csv says it; nil (clearing the stored one) when it verified.
+    public var failure: ReceiptFailure?
 
     public init(id: Int64, rowVersion: String, environment: AppleEnvironment?, verifiedAt: Date?, status: Int?,
                 nextAttemptAt: Date?, attempts: Int, outcome: ReceiptOutcome, latestReceipt: String?) {

@@ -1,5 +1,6 @@
 import CivilCalendar
 import Foundation
+import Reconciliation
 import Testing
 import TestSupport
 
@@ -33,8 +34,15 @@ import TestSupport
             try await world.addReceipt("deferred", spec: ["faults": [["status": 21199, "is_retryable": true]], "repeat_faults": true,
                                                           "generate": ["subscriptions": [world.subscription(original: "800", endDays: 10)]]])
             try await world.addReceipt("notified", spec: ["generate": ["subscriptions": [world.subscription(original: "900", endDays: 10)]]])
+            // Issue 29: Apple keeps failing for an account the app server granted; the run must leave its row alone.
+            try await world.addReceipt("deferred-entitled", spec: ["faults": [["status": 21199, "is_retryable": true]], "repeat_faults": true,
+                                                                   "generate": ["subscriptions": [world.subscription(original: "810", endDays: 10)]]])
+            try await world.store(Entitlement(accountId: "deferred-entitled", productId: "pro.monthly", originalTransactionId: "810",
+                                              latestTransactionId: "810", state: .active, expiresAt: world.expiry(endDays: 10), autoRenew: true,
+                                              environment: "Production"))
+            try await world.addReceipt(Self.hostile, spec: ["generate": ["subscriptions": [world.subscription(original: "1000", endDays: 10)]]])
             let (summary, _) = try await world.run(world.options())
-            #expect(summary.accountsProcessed == 9)
+            #expect(summary.accountsProcessed == 11)
             // After the run: support edits a row by hand, and two notifications were matched.
             try await world.connection.execute("""
                 UPDATE iap.entitlements SET state = 'expired', entitled = false WHERE account_id = 'drifted'
@@ -48,6 +56,9 @@ import TestSupport
             try await body(world)
         }
     }
+
+    /// An account id that forges a line and retitles the terminal, if printed raw.
+    static let hostile = "evil\nAccount forged\u{1b}]0;owned\u{07}"
 
     static func explain(_ world: RunWorld, _ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
         try await CLIProcess.run(["explain"] + arguments, environment: ["DATABASE_URL": world.database.connectionString])
@@ -128,7 +139,11 @@ import TestSupport
                 let result = try await Self.explain(world, [account, "--json"])
                 #expect(result.status == 0, "\(result.stderr)")
                 let object = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
-                #expect(Set(object.keys) == ["account_id", "as_of", "decisions", "receipts", "ledger", "renewals", "corrections", "notifications"])
+                #expect(Set(object.keys) == ["account_id", "as_of", "standing", "decisions", "receipts", "ledger", "renewals", "corrections",
+                                             "notifications"])
+                let standing = object["standing"] as? [String: Any]
+                #expect(standing?["state"] as? String == (account == "deferred" ? "unverified" : "verified"), "\(account)")
+                #expect(standing?["verified"] as? Bool == (account != "deferred"), "\(account)")
                 #expect(object["account_id"] as? String == account)
                 let decisions = object["decisions"] as? [[String: Any]] ?? []
                 let monthly = decisions.first { $0["product_id"] as? String == "pro.monthly" }
@@ -152,7 +167,16 @@ import TestSupport
                     #expect(receipts.first?["last_outcome"] as? String == "deferred")
                     #expect(receipts.first?["last_status"] as? Int == 21199)
                     #expect(receipts.first?["next_attempt_at"] is String)
+                    #expect(receipts.first?["failed_runs"] as? Int == 1)
+                    let failure = receipts.first?["last_failure"] as? [String: Any]
+                    #expect(failure?["attempts"] as? Int == 2)  // the world's --max-attempts, as failures.csv says
+                    #expect(failure?["endpoints"] as? String == "Production>Production")
+                    #expect((failure?["reason"] as? String)?.contains("21199") == true)
+                    #expect(standing?["receipts_failing"] as? [Int] == [receipts.first?["id"] as? Int ?? -1])
                 }
+                let verdict = monthly?["verdict"] as? [String: Any]
+                // Access is the stored row's: the hand-edited "drifted" row grants none, whatever the rules decide.
+                if let (_, entitled, _) = expected[account] { #expect(verdict?["access"] as? Bool == (account == "drifted" ? false : entitled), "\(account)") }
             }
             let drifted = try JSONSerialization.jsonObject(with: Data(try await Self.explain(world, ["drifted", "--json"]).stdout.utf8)) as? [String: Any]
             let next = ((drifted?["decisions"] as? [[String: Any]])?.first?["next_run"]) as? [String: Any]
@@ -160,6 +184,85 @@ import TestSupport
             let family = try JSONSerialization.jsonObject(with: Data(try await Self.explain(world, ["family", "--json"]).stdout.utf8)) as? [String: Any]
             let familyDecision = ((family?["decisions"] as? [[String: Any]])?.first?["decided"]) as? [String: Any]
             #expect(familyDecision?["ownership_type"] as? String == "FAMILY_SHARED")
+        }
+    }
+
+    /// Issue 29, item 2: an account whose receipts do not verify gets no correction (contract
+    /// section 5), so `explain` must not announce a revoke. It says the account is not verified,
+    /// why (in failures.csv's words and numbers), when it is tried next, and that its rows stay.
+    @Test func anUnverifiedAccountIsNeverShownAsAboutToBeRevoked() async throws {
+        try await Self.world { world in
+            let result = try await Self.explain(world, ["deferred-entitled"])
+            #expect(result.status == 0, "\(result.stderr)")
+            let text = result.stdout
+            #expect(!text.contains("DIFFERS") && !text.contains("would revoke"), "\(text)")
+            #expect(!text.contains("non_consumable"), "the stored row expires: a subscription, not a non-consumable: \(text)")
+            #expect(text.contains("pro.monthly  auto_renewable (guessed from the stored row (no transaction is stored))"), "\(text)")
+            #expect(text.contains("NOT VERIFIED: no run changes this account's entitlements until every one of its receipts verifies"))
+            #expect(text.contains("held     the account is not verified"))
+            // The failure as failures.csv says it: same reason, same attempts, same hosts.
+            let failures = try String(contentsOf: try #require(try world.lastReportDirectory()).appending(path: "failures.csv"), encoding: .utf8)
+            let row = try #require(failures.split(separator: "\r\n").first { $0.hasPrefix("deferred-entitled,") })
+            let fields = row.split(separator: ",", maxSplits: 6).map(String.self.init)
+            #expect(fields[2] == "deferred" && fields[4] == "2" && fields[5] == "Production>Production", "\(row)")
+            let reason = fields[6].hasPrefix("\"") ? String(fields[6].dropFirst().dropLast()) : fields[6]
+            #expect(text.contains(": deferred after 2 attempt(s) (Production>Production): \(reason) (21199: internal data access error)"),
+                    "\(text)")
+            #expect(text.contains("    decided  nothing yet: the account is not verified\n"), "\(text)")
+            #expect(text.contains("1 run(s) in a row failed; tried again by the first run after "), "\(text)")
+            // Support's answer first: the stored row still grants access.
+            let lines = text.split(separator: "\n")
+            #expect(lines[1] == "  pro.monthly: ACCESS until \(Explanation.moment(world.expiry(endDays: 10))) (subscription active, auto-renew on)",
+                    "\(text)")
+            // JSON says the same.
+            let json = try #require(try JSONSerialization.jsonObject(with: Data(try await Self.explain(world, ["deferred-entitled", "--json"]).stdout.utf8))
+                as? [String: Any])
+            #expect((json["standing"] as? [String: Any])?["state"] as? String == "unverified")
+            let decision = try #require((json["decisions"] as? [[String: Any]])?.first)
+            #expect(decision["next_run"] is NSNull && decision["agrees"] as? Bool == true)
+            #expect(decision["type"] as? String == "auto_renewable")
+            // And the run indeed left the row alone.
+            #expect(try await world.entitlements()["deferred-entitled/pro.monthly"]?.state == .active)
+        }
+    }
+
+    /// Issue 29, item 3: the first line under the account answers "does this customer have access?" in words.
+    @Test func theVerdictComesFirstWithCodesInWords() async throws {
+        try await Self.world { world in
+            func firstLine(_ account: String) async throws -> String {
+                let text = try await Self.explain(world, [account]).stdout
+                return String(text.split(separator: "\n", omittingEmptySubsequences: false)[1])
+            }
+            let cancelled = Explanation.moment(Date(ms: world.nowMs - world.dayMs))
+            #expect(try await firstLine("refunded") == "  pro.monthly: NO ACCESS since \(cancelled) (refunded, reason 1: an issue in the app)")
+            #expect(try await firstLine("active") == "  pro.monthly: ACCESS until \(Explanation.moment(world.expiry(endDays: 10))) (subscription active, auto-renew on)")
+            #expect(try await firstLine("grace").hasPrefix("  pro.monthly: ACCESS until \(Explanation.moment(world.expiry(endDays: 5))) (billing grace period: "
+                                                          + "the renewal due \(Explanation.moment(world.expiry(endDays: -1))) failed"))
+            #expect(try await firstLine("retry") == "  pro.monthly: NO ACCESS since \(Explanation.moment(world.expiry(endDays: -2))) (billing retry: "
+                    + "the renewal payment failed and Apple is still trying to bill; expiration intent 2: a billing error)")
+            #expect(try await firstLine("upgraded") == "  pro.monthly: NO ACCESS to this product since \(cancelled) (upgraded: "
+                    + "the customer moved to a higher product of the same subscription group)")
+            // The refunded row reads as refunded, never as "expires" alone.
+            let refunded = Self.block(try await Self.explain(world, ["refunded"]).stdout, product: "pro.monthly")
+            #expect(refunded.contains("stored   refunded, not entitled, refunded ") && refunded.contains(", was paid until "), "\(refunded)")
+            #expect(!refunded.contains("expires 20"), "\(refunded)")
+            // A support edit the next run would undo is said on the verdict line.
+            #expect(try await firstLine("drifted") == "  pro.monthly: NO ACCESS since \(Explanation.moment(world.expiry(endDays: 10))) (expired); "
+                    + "the next run would grant it")
+        }
+    }
+
+    /// Issue 29, item 4: an account id with a line feed and ESC/BEL is printed escaped, on one line.
+    @Test func aHostileAccountIdIsPrintedEscaped() async throws {
+        try await Self.world { world in
+            let result = try await Self.explain(world, [Self.hostile])
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.stdout.hasPrefix("Account evil\\nAccount forged\\u001b]0;owned\\u0007, as of "), "\(result.stdout)")
+            #expect(!result.stdout.unicodeScalars.contains { ($0.value < 0x20 && $0 != "\n") || $0.value == 0x7F })
+            #expect(result.stdout.split(separator: "\n").filter { $0.hasPrefix("Account ") }.count == 1)
+            // JSON keeps it exactly, in its own escapes.
+            let json = try JSONSerialization.jsonObject(with: Data(try await Self.explain(world, [Self.hostile, "--json"]).stdout.utf8)) as? [String: Any]
+            #expect(json?["account_id"] as? String == Self.hostile)
         }
     }
 
