@@ -6,7 +6,8 @@ import Locking
 ///
 /// Serves `POST /verifyReceipt` (production) and `POST /sandbox/verifyReceipt` (sandbox), the
 /// Server API under `/inApps/` (production) and `/sandbox/inApps/` (sandbox; see
-/// `ServerAPISimulation`), and `GET /__stats` (request and connection counts). It answers from a scenario (receipt ->
+/// `ServerAPISimulation`), `GET /__stats` (request and connection counts) and `GET /__api_stats`
+/// (the Server API's requests and 429s per endpoint, with their times). It answers from a scenario (receipt ->
 /// environment, answer, scripted faults) or, for synthetic receipts, from the spec the receipt
 /// carries inside itself: `base64("simulated-receipt:" + JSON spec)`, so a million accounts need
 /// no stored answers.
@@ -17,6 +18,10 @@ public final class AppleSimulator: Sendable {
     /// Signs the Server API's answers; nil serves no API.
     let signingChain: SigningChain?
     let attempts = Locked([String: Int]())
+    /// The Server API's chains, indexed by every id and by customer.
+    let apiWorld: SimulatedAPIWorld
+    /// What the Server API was asked, and Apple's quota on it when the scenario sets one.
+    let apiTraffic: SimulatedAPITraffic
     private let verifyRequests = Locked(0)
     /// The benchmark's night (`POST /__night/N`): specs answer with their `night2` changes from 2 on.
     private let night = Locked(1)
@@ -30,6 +35,8 @@ public final class AppleSimulator: Sendable {
     ) throws {
         self.scenario = scenario
         self.signingChain = signingChain
+        apiWorld = SimulatedAPIWorld(scenario.apiChains)
+        apiTraffic = SimulatedAPITraffic(quota: scenario.apiQuota)
         var handler: LoopbackHTTPServer.Handler = { _, _, _, _ in .drop }
         let box = HandlerBox()
         handler = { method, path, body, authorization in
@@ -54,6 +61,9 @@ public final class AppleSimulator: Sendable {
                 "apple_requests": verifyRequests.withLock { $0 }, "connections": stats.connections,
                 "max_open_connections": stats.maximumOpenConnections, "max_in_flight": stats.maximumInFlight,
             ]))
+        }
+        if method == "GET" && path == "/__api_stats" {
+            return .respond(status: 200, body: Self.json(apiTraffic.statistics))
         }
         if method == "POST", path.hasPrefix("/__night/"), let number = Int(path.dropFirst("/__night/".count)) {
             night.withLock { $0 = number }

@@ -12,8 +12,14 @@ import Foundation
 ///
 /// Payloads are Apple's decoded JSON; the simulator fills `originalTransactionId`, `bundleId`,
 /// `environment` and `signedDate` where a payload leaves them out, and signs them.
+///
+/// Chains that name the same `"customer"` are one Apple ID's purchases: as Apple does, Get
+/// Transaction History and Get All Subscription Statuses asked with any id of one of them answer
+/// with all of them. A chain that names none is a customer of its own; the chains derived from
+/// one receipt (`from_receipts`) are one customer.
 public struct SimulatedAPIChain: @unchecked Sendable {
     // Immutable after init; the payloads are plain JSON values.
+    public var customer: String?
     public var environment: String
     public var bundleId: String
     public var pageSize: Int
@@ -23,6 +29,7 @@ public struct SimulatedAPIChain: @unchecked Sendable {
     public var faults: [SimulatedAPIFault]
 
     init(spec: [String: Any]) throws {
+        customer = spec["customer"] as? String
         environment = spec["environment"] as? String ?? "Production"
         bundleId = spec["bundle_id"] as? String ?? "com.example.app"
         pageSize = max(1, spec["page_size"] as? Int ?? 20)
@@ -70,10 +77,12 @@ extension AppleSimulator {
         default: return Self.apiError(404, 4040000, "not found")
         }
         // A chain is found by its original transaction id, or by any of its transactions' ids.
-        guard let (original, known) = scenario.apiChains.first(where: { key, value in
-            key == id || value.transactions.contains { ($0["transactionId"] as? String) == id }
-        }) else {
+        guard let original = apiWorld.chainKey[id], let known = scenario.apiChains[original] else {
             return Self.apiError(404, 4040010, "Transaction id not found.")
+        }
+        if let retryAfter = apiTraffic.admit(kind == "history" ? "history" : "statuses", environment: endpoint) {
+            return .respond(status: 429, headers: ["Retry-After": String(retryAfter)],
+                            body: Self.json(["errorCode": 4290000, "errorMessage": "Rate limit exceeded."]))
         }
         let attempt = known.faults.isEmpty ? 1 : attempts.withLock { counts in
             counts["api:\(kind):\(original)", default: 0] += 1
@@ -87,37 +96,56 @@ extension AppleSimulator {
             return .respond(status: fault.http, headers: headers, body: body)
         }
         guard known.environment == endpoint else { return Self.apiError(404, 4040010, "Transaction id not found.") }
+        // The customer's chains (one Apple ID's purchases in this environment), the found one first.
+        let customer = [original] + apiWorld.customerChains(of: original).filter {
+            $0 != original && scenario.apiChains[$0]?.environment == endpoint
+        }
         do {
             return kind == "history"
-                ? .respond(status: 200, body: try history(known, original: original, revision: query["revision"], chain: chain))
-                : .respond(status: 200, body: try statuses(known, original: original, chain: chain))
+                ? .respond(status: 200, body: try history(customer, pageSize: known.pageSize, revision: query["revision"], chain: chain))
+                : .respond(status: 200, body: try statuses(customer, chain: chain))
         } catch {
             return .respond(status: 500, body: Array("simulator: \(error)".utf8))
         }
     }
 
-    private func history(_ known: SimulatedAPIChain, original: String, revision: String?, chain: SigningChain) throws -> [UInt8] {
+    /// The customer's whole history for the app, oldest purchase first, in pages.
+    private func history(_ customer: [String], pageSize: Int, revision: String?, chain: SigningChain) throws -> [UInt8] {
+        let all = customer.flatMap { original in
+            (scenario.apiChains[original]?.transactions ?? []).map { (original: original, payload: $0) }
+        }.sorted {
+            let (left, right) = ($0.payload["purchaseDate"] as? Int64 ?? 0, $1.payload["purchaseDate"] as? Int64 ?? 0)
+            return left != right ? left < right : ($0.payload["transactionId"] as? String ?? "") < ($1.payload["transactionId"] as? String ?? "")
+        }
+        let known = scenario.apiChains[customer[0]]!
         let start = revision.flatMap { Int($0.dropFirst("page-".count)) } ?? 0
-        let page = Array(known.transactions.dropFirst(start).prefix(known.pageSize))
+        let page = Array(all.dropFirst(start).prefix(pageSize))
         let next = start + page.count
-        let hasMore = next < known.transactions.count
         var body: [String: Any] = [
-            "bundleId": known.bundleId, "environment": known.environment, "hasMore": hasMore, "revision": "page-\(next)",
-            "signedTransactions": try page.map { try sign($0, known, original: original, chain: chain, isTransaction: true) },
+            "bundleId": known.bundleId, "environment": known.environment, "hasMore": next < all.count, "revision": "page-\(next)",
+            "signedTransactions": try page.map { try sign($0.payload, scenario.apiChains[$0.original]!, original: $0.original, chain: chain, isTransaction: true) },
         ]
         if known.environment == "Production" { body["appAppleId"] = 1234567890 }
         return Self.json(body)
     }
 
-    private func statuses(_ known: SimulatedAPIChain, original: String, chain: SigningChain) throws -> [UInt8] {
-        let latest = known.transactions.max { ($0["purchaseDate"] as? Int64 ?? 0) < ($1["purchaseDate"] as? Int64 ?? 0) }
-        var last: [String: Any] = ["originalTransactionId": original, "status": known.status]
-        if let latest { last["signedTransactionInfo"] = try sign(latest, known, original: original, chain: chain, isTransaction: true) }
-        if let renewal = known.renewal { last["signedRenewalInfo"] = try sign(renewal, known, original: original, chain: chain, isTransaction: false) }
-        let group = latest?["subscriptionGroupIdentifier"] as? String ?? "group"
+    /// The last transaction and renewal info of each of the customer's subscriptions, by group.
+    private func statuses(_ customer: [String], chain: SigningChain) throws -> [UInt8] {
+        var groups: [String: [[String: Any]]] = [:]
+        for original in customer {
+            guard let known = scenario.apiChains[original] else { continue }
+            let latest = known.transactions.max { ($0["purchaseDate"] as? Int64 ?? 0) < ($1["purchaseDate"] as? Int64 ?? 0) }
+            // Only subscriptions have a status (the chain asked about always answers, as before customers).
+            guard original == customer[0] || known.renewal != nil || latest?["expiresDate"] != nil else { continue }
+            var last: [String: Any] = ["originalTransactionId": original, "status": known.status]
+            if let latest { last["signedTransactionInfo"] = try sign(latest, known, original: original, chain: chain, isTransaction: true) }
+            if let renewal = known.renewal { last["signedRenewalInfo"] = try sign(renewal, known, original: original, chain: chain, isTransaction: false) }
+            groups[latest?["subscriptionGroupIdentifier"] as? String ?? "group", default: []].append(last)
+        }
+        let known = scenario.apiChains[customer[0]]!
         return Self.json([
             "bundleId": known.bundleId, "environment": known.environment,
-            "data": [["subscriptionGroupIdentifier": group, "lastTransactions": [last]]],
+            "data": groups.sorted { $0.key < $1.key }.map { ["subscriptionGroupIdentifier": $0.key, "lastTransactions": $0.value] },
         ])
     }
 
@@ -182,7 +210,10 @@ extension SimulatedAPIChain {
             guard let object = try JSONSerialization.jsonObject(with: Data(answer)) as? [String: Any] else { continue }
             let latest = object["latest_receipt_info"] as? [[String: Any]] ?? (object["receipt"] as? [String: Any])?["in_app"] as? [[String: Any]] ?? []
             let pending = object["pending_renewal_info"] as? [[String: Any]] ?? []
-            for (original, items) in Dictionary(grouping: latest, by: { ($0["original_transaction_id"] ?? $0["transaction_id"]).map { "\($0)" } ?? "" }) {
+            let byChain = Dictionary(grouping: latest, by: { ($0["original_transaction_id"] ?? $0["transaction_id"]).map { "\($0)" } ?? "" })
+            // One receipt is one Apple ID: its chains are one customer, named by its first original id.
+            let customer = byChain.keys.filter { !$0.isEmpty }.sorted().first
+            for (original, items) in byChain {
                 guard !original.isEmpty else { continue }
                 var transactions = items.map(Self.signedTransaction)
                 let renewal = pending.first { ($0["original_transaction_id"]).map { "\($0)" } == original }.map(Self.signedRenewal)
@@ -198,15 +229,16 @@ extension SimulatedAPIChain {
                     }
                 }
                 chains[original] = SimulatedAPIChain(
-                    environment: receipt.environment, bundleId: "com.example.app", pageSize: 20, status: 1,
+                    customer: customer, environment: receipt.environment, bundleId: "com.example.app", pageSize: 20, status: 1,
                     transactions: transactions, renewal: renewal, faults: [])
             }
         }
         return chains
     }
 
-    init(environment: String, bundleId: String, pageSize: Int, status: Int, transactions: [[String: Any]], renewal: [String: Any]?,
-         faults: [SimulatedAPIFault]) {
+    init(customer: String?, environment: String, bundleId: String, pageSize: Int, status: Int, transactions: [[String: Any]],
+         renewal: [String: Any]?, faults: [SimulatedAPIFault]) {
+        self.customer = customer
         self.environment = environment
         self.bundleId = bundleId
         self.pageSize = pageSize
@@ -249,5 +281,36 @@ extension SimulatedAPIChain {
         if let value = item["is_in_billing_retry_period"] { signed["isInBillingRetryPeriod"] = "\(value)" == "1" || "\(value)" == "true" }
         if let value = milliseconds(item["grace_period_expires_date_ms"]) { signed["gracePeriodExpiresDate"] = value }
         return signed
+    }
+}
+
+/// The simulated API's world indexed once: any transaction id to its chain, and each customer's chains.
+struct SimulatedAPIWorld: Sendable {
+    /// Original or transaction id -> the chain's key (its original transaction id).
+    let chainKey: [String: String]
+    /// Customer -> the keys of its chains, sorted.
+    private let customers: [String: [String]]
+    private let customerOf: [String: String]
+
+    init(_ chains: [String: SimulatedAPIChain]) {
+        var chainKey: [String: String] = [:]
+        var customers: [String: [String]] = [:]
+        var customerOf: [String: String] = [:]
+        for (original, chain) in chains {
+            for transaction in chain.transactions {
+                if let id = transaction["transactionId"] as? String, chainKey[id] == nil { chainKey[id] = original }
+            }
+            let customer = chain.customer ?? original
+            customers[customer, default: []].append(original)
+            customerOf[original] = customer
+        }
+        for original in chains.keys { chainKey[original] = original }  // an original id names its own chain first
+        self.chainKey = chainKey
+        self.customers = customers.mapValues { $0.sorted() }
+        self.customerOf = customerOf
+    }
+
+    func customerChains(of original: String) -> [String] {
+        customerOf[original].flatMap { customers[$0] } ?? [original]
     }
 }

@@ -26,6 +26,8 @@ public struct SimulationScenario: Sendable {
     public var apiChains: [String: SimulatedAPIChain] = [:]
     /// Every API request answers 401 (a wrong key set-up).
     public var apiUnauthorized = false
+    /// Apple's rate limits, enforced (`api_quota`); nil: none.
+    public var apiQuota: SimulatedAPIQuota?
 
     public init(sharedSecret: String? = nil, latencyMilliseconds: Int = 0, receipts: [String: SimulatedReceipt] = [:]) {
         self.sharedSecret = sharedSecret
@@ -47,6 +49,7 @@ public struct SimulationScenario: Sendable {
         self.receipts = receipts
         let api = root["api"] as? [String: Any] ?? [:]
         apiUnauthorized = api["unauthorized"] as? Bool ?? false
+        apiQuota = try (root["api_quota"] as? [String: Any]).map(SimulatedAPIQuota.init(spec:))
         let derived = try SimulatedAPIChain.chains(
             fromReceipts: api["from_receipts"] as? [String] ?? [], disagreements: api["disagreements"] as? [String: [String: Any]] ?? [:])
         apiChains.merge(derived) { $1 }

@@ -18,7 +18,9 @@ struct SimulateAppleServe: ParsableCommand {
         discussion: """
             Production is POST /verifyReceipt, sandbox POST /sandbox/verifyReceipt; the App Store Server \
             API is served under /inApps/ (production) and /sandbox/inApps/ (sandbox), from the scenario's \
-            "api" section, signed with the simulator's chain; GET /__stats counts requests and connections. Point the job at it with \
+            "api" section, signed with the simulator's chain, within Apple's quota when one is set (api_quota, \
+            --api-quota-window); GET /__stats counts requests and connections, GET /__api_stats the API's requests and \
+            429s per endpoint. Point the job at it with \
             APPLE_PRODUCTION_URL=http://127.0.0.1:PORT/verifyReceipt and \
             APPLE_SANDBOX_URL=http://127.0.0.1:PORT/sandbox/verifyReceipt.
 
@@ -54,6 +56,11 @@ struct SimulateAppleServe: ParsableCommand {
     @Option(help: "Shared secret the simulator expects (overrides the scenario's shared_secret); others get 21004.")
     var sharedSecret: String?
 
+    @Option(help: ArgumentHelp(
+        "Enforce Apple's App Store Server API quota (production 50, sandbox 5 requests a second on each of history, statuses and notification-history) over windows of this many seconds instead of Apple's hour (3600); past it, 429 with Retry-After. Overrides the scenario's api_quota window.",
+        valueName: "seconds"))
+    var apiQuotaWindow: Double?
+
     @Flag(help: ArgumentHelp("Exit when standard input reaches its end (for test harnesses).", visibility: .hidden))
     var exitWhenStdinCloses = false
 
@@ -67,6 +74,11 @@ struct SimulateAppleServe: ParsableCommand {
         raiseOpenFileLimit()  // a thread and a socket per connection
         var scenario = try self.scenario.map { try SimulationScenario(contentsOf: URL(filePath: $0)) } ?? SimulationScenario()
         if let sharedSecret { scenario.sharedSecret = sharedSecret }
+        if let apiQuotaWindow {
+            guard apiQuotaWindow > 0 else { throw ValidationError("--api-quota-window must be positive") }
+            scenario.apiQuota = SimulatedAPIQuota(
+                windowSeconds: apiQuotaWindow, production: scenario.apiQuota?.production ?? [:], sandbox: scenario.apiQuota?.sandbox ?? [:])
+        }
         let signingDirectory = signingDir.map { URL(filePath: $0) }
             ?? FileManager.default.temporaryDirectory.appending(path: "simulate-apple-\(UUID().uuidString)")
         let chain = try SigningChain.loadOrCreate(directory: signingDirectory)

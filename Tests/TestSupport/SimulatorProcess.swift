@@ -62,6 +62,31 @@ public final class SimulatorProcess: @unchecked Sendable {
     }
 }
 
+/// What the simulated App Store Server API saw of one `endpoint/environment`.
+public struct SimulatedAPIStatistics: Sendable {
+    public var requests: Int
+    public var throttled: Int
+    /// UNIX milliseconds of each request let through, and of each answered 429.
+    public var arrivals: [Int64]
+    public var throttledAt: [Int64]
+}
+
+extension SimulatorProcess {
+    /// The Server API's traffic by `history/Production`, `statuses/Sandbox`...
+    public func apiStatistics() async throws -> [String: SimulatedAPIStatistics] {
+        let client = HTTPClient()
+        defer { client.shutdown() }
+        let response = try await client.execute(HTTPRequest(url: "http://127.0.0.1:\(port)/__api_stats", method: "GET"))
+        let object = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: [String: Any]] ?? [:]
+        return object.mapValues { value in
+            SimulatedAPIStatistics(
+                requests: value["requests"] as? Int ?? 0, throttled: value["throttled"] as? Int ?? 0,
+                arrivals: (value["arrivals_ms"] as? [NSNumber] ?? []).map(\.int64Value),
+                throttledAt: (value["throttled_ms"] as? [NSNumber] ?? []).map(\.int64Value))
+        }
+    }
+}
+
 /// A base64 blob naming a receipt in a scenario file.
 public func receiptBlob(_ name: String) -> String {
     Data("receipt:\(name)".utf8).base64EncodedString()
