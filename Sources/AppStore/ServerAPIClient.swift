@@ -9,7 +9,8 @@ import Throttling
 /// `Retry-After` (a UNIX time in milliseconds); 4040002, 4040004, 4040006, 5000001, 5000000 and
 /// other 5xx are retried with the same backoff and attempts as verifyReceipt; 4040010 (not found)
 /// in production goes to sandbox once, as 21007 does; 401 means the key set-up is wrong; other
-/// 4xx are final. Requests share verifyReceipt's connections, `--concurrency` and `--rate-limit`.
+/// 4xx are final. Requests share verifyReceipt's connections, `--concurrency` and `--rate-limit`,
+/// and each waits for its endpoint's `ServerAPIBudget`: a 429 pauses the endpoint for every task.
 ///
 /// What comes back is still signed: nothing of it may be used before `SignedData` verified it.
 public final class ServerAPIClient: Sendable {
@@ -62,15 +63,19 @@ public final class ServerAPIClient: Sendable {
     private let shared: VerifyReceiptClient
     private let policy: VerificationPolicy
     private let logger: Logger
+    /// The job's share of Apple's quota per endpoint; nil asks as fast as `--concurrency` lets it.
+    public let budget: ServerAPIBudget?
 
     /// - Parameter sharing: the verifyReceipt client whose connections, concurrency limit, rate
     ///   limit and storm gate these requests share.
-    public init(endpoints: Endpoints, token: ServerAPIToken, sharing: VerifyReceiptClient, policy: VerificationPolicy, logger: Logger) {
+    public init(endpoints: Endpoints, token: ServerAPIToken, sharing: VerifyReceiptClient, policy: VerificationPolicy, logger: Logger,
+                budget: ServerAPIBudget? = nil) {
         self.endpoints = endpoints
         self.token = token
         shared = sharing
         self.policy = policy
         self.logger = logger
+        self.budget = budget
     }
 
     // MARK: The two calls
@@ -87,7 +92,7 @@ public final class ServerAPIClient: Sendable {
                 var query = [("sort", "ASCENDING")]
                 if let revision { query.append(("revision", revision)) }
                 let path = "/inApps/v2/history/" + Self.pathComponent(originalTransactionId)
-                switch await fetch(path, query: query, outcome: &outcome, mayHop: !hopped) {
+                switch await fetch(.history, path, query: query, outcome: &outcome, mayHop: !hopped) {
                 case .hop:
                     hopping = true
                 case .failure(let failure):
@@ -127,7 +132,7 @@ public final class ServerAPIClient: Sendable {
         var hopped = false
         while true {
             let path = "/inApps/v1/subscriptions/" + Self.pathComponent(originalTransactionId)
-            switch await fetch(path, query: [], outcome: &outcome, mayHop: !hopped) {
+            switch await fetch(.statuses, path, query: [], outcome: &outcome, mayHop: !hopped) {
             case .hop:
                 hopped = true
                 outcome.environment = .sandbox
@@ -157,22 +162,39 @@ public final class ServerAPIClient: Sendable {
         case body([UInt8])
         case hop
         case retry(reason: String, retryAfter: Duration?)
+        /// HTTP 429: the app's quota on the endpoint ran out; the whole endpoint waits.
+        case throttled(reason: String, retryAfter: Duration?)
         case final(Failure)
     }
 
-    /// GET `path` from the outcome's environment, attempt after attempt.
-    private func fetch<Value>(_ path: String, query: [(String, String)], outcome: inout Outcome<Value>, mayHop: Bool) async -> Fetched {
+    /// GET `path` of `endpoint` from the outcome's environment, attempt after attempt.
+    private func fetch<Value>(
+        _ endpoint: ServerAPIEndpoint, _ path: String, query: [(String, String)], outcome: inout Outcome<Value>, mayHop: Bool
+    ) async -> Fetched {
         var reason = "not attempted"
         for attempt in 1...policy.maximumAttempts {
             outcome.attempts += 1
             await shared.stormGate.waitIfPaused()
             if let rateLimiter = shared.rateLimiter { await rateLimiter.acquire() }
-            let verdict = await exchange(path, query: query, outcome: &outcome, mayHop: mayHop)
-            if case .retry = verdict { shared.stormGate.record(transientFailure: true) } else { shared.stormGate.record(transientFailure: false) }
+            let key = ServerAPIBudget.Key(endpoint, outcome.environment)
+            await budget?.acquire(key)
+            var verdict = await exchange(path, query: query, outcome: &outcome, mayHop: mayHop)
+            if case .throttled(let why, let retryAfter) = verdict {
+                // The app's quota, not this request: every task waits for the endpoint, then this one
+                // tries again. Not a transient failure for the storm gate, which would stop verifyReceipt too.
+                budget?.throttled(key, retryAfter: retryAfter.flatMap { $0 <= policy.maximumRetryAfter ? $0 : nil })
+                logger.debug("appstore.throttled", metadata: ["appstore.endpoint": "\(key)", "appstore.retry_after": "\(retryAfter ?? .zero)"])
+                verdict = .retry(reason: why, retryAfter: retryAfter)
+            } else if case .retry = verdict {
+                shared.stormGate.record(transientFailure: true)
+            } else {
+                shared.stormGate.record(transientFailure: false)
+            }
             switch verdict {
             case .body(let body): return .body(body)
             case .hop: return .hop
             case .final(let failure): return .failure(failure)
+            case .throttled: preconditionFailure("handled above")
             case .retry(let why, let retryAfter):
                 reason = why
                 guard attempt < policy.maximumAttempts else { break }
@@ -229,7 +251,7 @@ public final class ServerAPIClient: Sendable {
         case (401, _):
             return .final(.unauthorized(reason: "Apple refused the API token (\(said)): check APPSTORE_ISSUER_ID, APPSTORE_KEY_ID, the key file and the bundle id"))
         case (429, _):
-            return .retry(reason: said, retryAfter: retryAfter(response.headers["retry-after"], now: now))
+            return .throttled(reason: said, retryAfter: retryAfter(response.headers["retry-after"], now: now))
         case (_, 4040010?) where environment == .production && mayHop:
             return .hop
         case (_, let code?) where retryableErrorCodes.contains(code):

@@ -196,6 +196,12 @@ public final class ReconciliationRun: Sendable {
             summary.error = secretGuard.unauthorizedReason ?? SharedSecretRejected(count: secretGuard.total).description
         }
         summary.finishedAt = Date()
+        if let usage = serverAPI?.budget?.usage, !usage.isEmpty {
+            let seconds = summary.finishedAt!.timeIntervalSince(summary.startedAt)
+            summary.apiRequests = Dictionary(uniqueKeysWithValues: usage.map { key, used in
+                (key.description, APIEndpointUsage(budgetPerSecond: used.budget, requests: used.requests, throttled: used.throttled, seconds: seconds))
+            })
+        }
         let finished = summary
         try await Self.retryingLostConnections(logger: logger) { try await writer.updateRun(finished) }
         do {

@@ -13,6 +13,15 @@ public struct RunOptions: Sendable {
     /// Apple requests in flight at once.
     public var concurrency = 64
     public var requestsPerSecond: Double?
+    /// Apple's quota for the app on the App Store Server API, and the share of it the job takes
+    /// (divided among the shards running at once).
+    public var apiQuota = ServerAPIQuota.apple
+    public var apiBudgetShare = 0.5
+
+    /// The job's budget on the Server API: its share of the quota, split among the shards.
+    public func apiBudget() -> ServerAPIBudget {
+        ServerAPIBudget(quota: apiQuota, share: apiBudgetShare, shards: selection.shard?.count ?? 1)
+    }
     public var policy = VerificationPolicy()
     public var sandboxPolicy = SandboxPolicy.allow
     public var expiryLag: Duration = .seconds(3600)

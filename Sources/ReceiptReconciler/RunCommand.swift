@@ -144,7 +144,8 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     defer { client.shutdown() }
     let serverAPI = serverAPIConfiguration.map { credentials, apiEndpoints in
         ServerAPIClient(
-            endpoints: apiEndpoints, token: ServerAPIToken(credentials: credentials), sharing: client, policy: options.policy, logger: logger)
+            endpoints: apiEndpoints, token: ServerAPIToken(credentials: credentials), sharing: client, policy: options.policy, logger: logger,
+            budget: options.apiBudget())
     }
     let run = ReconciliationRun(
         options: options, connections: connections, client: client, serverAPI: serverAPI, sharedSecret: secret, logger: logger)

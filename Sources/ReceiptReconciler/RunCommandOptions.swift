@@ -48,6 +48,27 @@ struct TimeLength: ExpressibleByArgument, Sendable {
     }
 }
 
+/// `history=100` or `statuses.sandbox=10`: Apple's quota on one endpoint of the App Store Server API.
+struct APIQuotaOverride: ExpressibleByArgument, Sendable {
+    var endpoint: ServerAPIEndpoint
+    var environment: AppleEnvironment
+    var rate: Double
+
+    init?(argument: String) {
+        let parts = argument.split(separator: "=", maxSplits: 1)
+        guard parts.count == 2, let rate = Double(parts[1]), rate.isFinite, rate > 0 else { return nil }
+        let name = parts[0].split(separator: ".", maxSplits: 1)
+        guard let endpoint = ServerAPIEndpoint(rawValue: String(name[0])) else { return nil }
+        switch name.count == 2 ? String(name[1]) : "production" {
+        case "production": environment = .production
+        case "sandbox": environment = .sandbox
+        default: return nil
+        }
+        self.endpoint = endpoint
+        self.rate = rate
+    }
+}
+
 /// `K/N`: shard K (0-based) of N.
 struct Shard: ExpressibleByArgument, Sendable {
     var index: Int
@@ -75,6 +96,16 @@ struct RunCommandOptions: ParsableArguments {
 
     @Option(help: ArgumentHelp("Apple requests per second at most (default: unlimited).", valueName: "requests-per-second"))
     var rateLimit: Double?
+
+    @Option(help: ArgumentHelp(
+        "The share of Apple's App Store Server API quota the job may use on each endpoint (history, statuses, notification-history); the rest stays with the app server's own calls. --shard K/N workers split it N ways.",
+        valueName: "share"))
+    var apiBudgetShare = 0.5
+
+    @Option(help: ArgumentHelp(
+        "Apple's quota for this app on one App Store Server API endpoint, in requests a second, where Apple granted more than its table (production 50, sandbox 5 on history, statuses and notification-history): ENDPOINT=R for production, ENDPOINT.sandbox=R for the sandbox. Repeatable.",
+        valueName: "endpoint=rate"))
+    var apiQuota: [APIQuotaOverride] = []
 
     @Option(help: "Attempts per receipt before it is deferred to a later run.")
     var maxAttempts = 5
@@ -143,6 +174,7 @@ struct RunCommandOptions: ParsableArguments {
         guard maxAttempts >= 1 && maxAttempts <= 100 else { throw ValidationError("--max-attempts must be between 1 and 100") }
         guard (0...1).contains(maxRevokeRatio) else { throw ValidationError("--max-revoke-ratio must be between 0 and 1") }
         if let rateLimit, rateLimit <= 0 { throw ValidationError("--rate-limit must be positive") }
+        guard apiBudgetShare > 0 && apiBudgetShare <= 1 else { throw ValidationError("--api-budget-share must be above 0 and at most 1") }
         guard batchSize >= 1 && batchSize <= 50_000 else { throw ValidationError("--batch-size must be between 1 and 50000") }
         // libcurl reads a zero timeout as "no limit": a request could then wait forever.
         guard requestTimeout.seconds >= 0.001 else { throw ValidationError("--request-timeout must be at least 1ms (0 would mean no limit)") }
@@ -183,6 +215,14 @@ struct RunCommandOptions: ParsableArguments {
         options.isDryRun = dryRun
         options.concurrency = concurrency
         options.requestsPerSecond = rateLimit
+        options.apiBudgetShare = apiBudgetShare
+        for override in apiQuota {
+            if override.environment == .production {
+                options.apiQuota.production[override.endpoint] = override.rate
+            } else {
+                options.apiQuota.sandbox[override.endpoint] = override.rate
+            }
+        }
         options.policy = VerificationPolicy(
             maximumAttempts: maxAttempts, requestTimeout: requestTimeout.duration, excludeOldTransactions: excludeOldTransactions)
         options.sandboxPolicy = sandbox

@@ -71,6 +71,11 @@ public enum RunReport {
         if let skipped = summary.accountsNotCrossChecked, skipped > 0 {
             lines.append("  not cross-checked (the other source failed): \(skipped)")
         }
+        if let api = summary.apiRequests, !api.isEmpty {
+            lines.append("  App Store Server API: " + api.sorted { $0.key < $1.key }.map { key, usage in
+                "\(key) \(usage.requests) (\(usage.throttled) throttled, \(percent(usage.budgetUsed)) of the budget)"
+            }.joined(separator: ", "))
+        }
         if let disagreements = summary.disagreements, !disagreements.isEmpty {
             lines.append("  source disagreements: \(disagreements.values.reduce(0, +)) (see disagreements.csv)")
         }
@@ -116,6 +121,15 @@ public enum RunReport {
             - Fresher receipts from Apple stored: \(summary.latestReceiptsStored); placeholders ignored: \(summary.latestReceiptsIgnored)
 
             """
+        if let api = summary.apiRequests, !api.isEmpty {
+            text += "\n## App Store Server API requests, against the job's budget\n\n"
+                + "| endpoint | requests | 429 (throttled) | budget (requests/s) | budget used |\n|---|---|---|---|---|\n"
+            for (key, usage) in api.sorted(by: { $0.key < $1.key }) {
+                text += "| \(key) | \(usage.requests) | \(usage.throttled) | \(String(format: "%.2f", usage.budgetPerSecond)) | \(percent(usage.budgetUsed)) |\n"
+            }
+            text += "\nThe budget is `--api-budget-share` of Apple's quota per endpoint, divided among `--shard` workers; "
+                + "a 429 pauses its endpoint for every request until Apple's Retry-After.\n"
+        }
         if !summary.appleStatuses.isEmpty {
             text += "\n## Apple statuses in final answers\n\n| status | receipts |\n|---|---|\n"
             for (status, count) in summary.appleStatuses.sorted(by: { $0.key < $1.key }) { text += "| \(status) | \(count) |\n" }
@@ -205,6 +219,21 @@ public enum RunReport {
             "# TYPE receipt_reconciler_last_run_apple_requests gauge",
             "receipt_reconciler_last_run_apple_requests{\(kind)} \(summary.appleRequests)",
         ]
+        if let api = summary.apiRequests, !api.isEmpty {
+            // Each metric's samples stand together, as the text format asks.
+            let families: [(String, String, (APIEndpointUsage) -> String)] = [
+                ("api_requests", "App Store Server API requests of the last run, by endpoint and environment.", { "\($0.requests)" }),
+                ("api_throttled", "HTTP 429 answers of the App Store Server API in the last run.", { "\($0.throttled)" }),
+                ("api_budget_used_ratio", "The last run's API requests over what its budget allowed in its time.", { String(format: "%.4f", $0.budgetUsed) }),
+            ]
+            for (name, help, value) in families {
+                lines += ["# HELP receipt_reconciler_last_run_\(name) \(help)", "# TYPE receipt_reconciler_last_run_\(name) gauge"]
+                for (key, usage) in api.sorted(by: { $0.key < $1.key }) {
+                    let parts = key.split(separator: "/")
+                    lines.append("receipt_reconciler_last_run_\(name){\(kind),endpoint=\"\(parts.first ?? "")\",environment=\"\(parts.last ?? "")\"} \(value(usage))")
+                }
+            }
+        }
         return lines.joined(separator: "\n") + "\n"
     }
 
@@ -228,4 +257,10 @@ public enum RunReport {
          record.appliedAt.map { Timestamp.format($0) }, record.beforeState, record.afterState,
          record.beforeExpiresAt.map { Timestamp.format($0) }, record.afterExpiresAt.map { Timestamp.format($0) }, record.environment]
     }
+}
+
+/// `42%`, `0.3%`: a share as the report prints it.
+func percent(_ share: Double) -> String {
+    let value = share * 100
+    return value >= 10 || value == 0 ? "\(Int(value.rounded()))%" : String(format: "%.1f%%", value)
 }

@@ -20,6 +20,24 @@ public enum NotificationOutcome: String, Sendable, Codable, CodingKeyRepresentab
     case duplicate
 }
 
+/// One App Store Server API endpoint's traffic in a run, against the job's budget on it.
+public struct APIEndpointUsage: Sendable, Codable, Equatable {
+    /// Requests a second the job allowed itself (its share of Apple's quota, divided among shards).
+    public var budgetPerSecond: Double
+    public var requests: Int
+    /// HTTP 429 answers: Apple's quota for the app ran out (the app server's calls count too).
+    public var throttled: Int
+    /// Requests over what the budget allowed in the run's time: 1 is the whole budget.
+    public var budgetUsed: Double
+
+    public init(budgetPerSecond: Double, requests: Int, throttled: Int, seconds: Double) {
+        self.budgetPerSecond = budgetPerSecond
+        self.requests = requests
+        self.throttled = throttled
+        budgetUsed = budgetPerSecond > 0 && seconds > 0 ? Double(requests) / (budgetPerSecond * seconds) : 0
+    }
+}
+
 /// The counts of one run, as the report and `iap.reconciliation_runs` show them.
 public struct RunSummary: Sendable, Codable, Equatable {
     public var runId: Int64 = 0
@@ -84,6 +102,10 @@ public struct RunSummary: Sendable, Codable, Equatable {
     /// `--source both`: accounts the source that is not the authority could not verify (they were
     /// corrected from the authority's answer all the same, and not compared).
     public var accountsNotCrossChecked: Int?
+
+    /// App Store Server API traffic by `endpoint/environment` (`history/Production`). Optional only
+    /// so that summaries stored before it still decode; nil when the API was not asked.
+    public var apiRequests: [String: APIEndpointUsage]?
 
     public var error: String?
 

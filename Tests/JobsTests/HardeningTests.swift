@@ -10,7 +10,8 @@ import TestSupport
     static let oddOptions: [[String]] = [
         ["--expiry-lag", "inf"], ["--expiry-lag", "nan"], ["--expiry-lag", "1e300s"], ["--stale-after", "99999d"],
         ["--notification-max-age", "-1"], ["--request-timeout", "0"], ["--request-timeout", "0ms"], ["--progress-interval", "0"],
-        ["--concurrency", "0"],
+        ["--concurrency", "0"], ["--api-budget-share", "0"], ["--api-budget-share", "1.5"], ["--api-quota", "history"],
+        ["--api-quota", "nope=5"], ["--api-quota", "history.mars=5"], ["--api-quota", "history=-1"], ["--api-quota", "statuses=inf"],
     ]
 
     @Test(arguments: oddOptions)

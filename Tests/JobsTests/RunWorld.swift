@@ -110,7 +110,11 @@ final class RunWorld: @unchecked Sendable {
     }
 
     /// Runs against the world's simulator, or `apple` (another script of answers for the same receipts).
-    func run(_ options: RunOptions, apple: SimulatorProcess? = nil) async throws -> (summary: RunSummary, ending: ReconciliationRun.Ending) {
+    /// `apiBudget`: the Server API keeps to `options.apiBudget()`, as the command does (off by
+    /// default: Apple's sandbox quota would slow every other test).
+    func run(_ options: RunOptions, apple: SimulatorProcess? = nil, apiBudget: Bool = false) async throws
+        -> (summary: RunSummary, ending: ReconciliationRun.Ending)
+    {
         let connections = ReconciliationRun.Connections(
             lock: try await database.connect(), reader: try await database.connect(), writer: try await database.connect())
         let simulator = apple ?? self.simulator
@@ -125,7 +129,7 @@ final class RunWorld: @unchecked Sendable {
             let credentials = try ServerAPICredentials(issuerId: "issuer", keyId: "KEY", bundleId: "com.example.app", privateKeyPEM: pem)
             serverAPI = ServerAPIClient(
                 endpoints: .init(production: simulator.apiURL, sandbox: simulator.sandboxAPIURL), token: ServerAPIToken(credentials: credentials),
-                sharing: client, policy: options.policy, logger: .quiet)
+                sharing: client, policy: options.policy, logger: .quiet, budget: apiBudget ? options.apiBudget() : nil)
         }
         let run = ReconciliationRun(options: options, connections: connections, client: client, serverAPI: serverAPI, sharedSecret: secret,
                                     logger: .quiet)

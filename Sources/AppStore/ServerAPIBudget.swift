@@ -1,0 +1,112 @@
+import AppStoreModels
+import Locking
+import Throttling
+
+/// The App Store Server API's endpoints that Apple limits one by one.
+public enum ServerAPIEndpoint: String, Sendable, CaseIterable, Codable, CodingKeyRepresentable {
+    /// Get Transaction History (`/inApps/v2/history/{id}`).
+    case history
+    /// Get All Subscription Statuses (`/inApps/v1/subscriptions/{id}`).
+    case statuses
+    /// Get Notification History (`/inApps/v1/notifications/history`).
+    case notificationHistory = "notification-history"
+}
+
+/// What Apple allows the app on each endpoint, in requests a second: per app and per endpoint,
+/// enforced over the hour, and shared with the app server's own live calls.
+public struct ServerAPIQuota: Sendable, Equatable {
+    public var production: [ServerAPIEndpoint: Double]
+    public var sandbox: [ServerAPIEndpoint: Double]
+
+    /// Apple's published table: 50 a second on each of these endpoints in production, a tenth of
+    /// that in the sandbox.
+    public static let apple = ServerAPIQuota(
+        production: Dictionary(uniqueKeysWithValues: ServerAPIEndpoint.allCases.map { ($0, 50.0) }),
+        sandbox: Dictionary(uniqueKeysWithValues: ServerAPIEndpoint.allCases.map { ($0, 5.0) }))
+
+    public init(production: [ServerAPIEndpoint: Double], sandbox: [ServerAPIEndpoint: Double]) {
+        self.production = production
+        self.sandbox = sandbox
+    }
+
+    public func rate(_ endpoint: ServerAPIEndpoint, _ environment: AppleEnvironment) -> Double {
+        (environment == .production ? production : sandbox)[endpoint] ?? 0
+    }
+}
+
+/// The job's own budget on the API: `share` of Apple's quota (the rest stays with the app server),
+/// divided among the `shards` that run at once. One token bucket per (endpoint, environment); a
+/// 429 pauses its bucket for every task until `Retry-After`. Counts what was asked, for the
+/// summary and the metrics.
+public final class ServerAPIBudget: Sendable {
+    public struct Key: Hashable, Sendable, Comparable, CustomStringConvertible {
+        public var endpoint: ServerAPIEndpoint
+        public var environment: AppleEnvironment
+
+        public init(_ endpoint: ServerAPIEndpoint, _ environment: AppleEnvironment) {
+            self.endpoint = endpoint
+            self.environment = environment
+        }
+
+        /// `history/Production`.
+        public var description: String { "\(endpoint.rawValue)/\(environment.rawValue)" }
+        public static func < (lhs: Key, rhs: Key) -> Bool { lhs.description < rhs.description }
+    }
+
+    /// One (endpoint, environment)'s traffic in a run.
+    public struct Usage: Sendable, Equatable {
+        /// Requests a second the job allowed itself.
+        public var budget: Double
+        public var requests = 0
+        /// Answers of HTTP 429: Apple's quota for the app ran out (the app server's calls count too).
+        public var throttled = 0
+    }
+
+    public let quota: ServerAPIQuota
+    public let share: Double
+    public let shards: Int
+    private let buckets: [Key: TokenBucket]
+    private let counts: Locked<[Key: (requests: Int, throttled: Int)]>
+
+    public init(quota: ServerAPIQuota = .apple, share: Double = 0.5, shards: Int = 1) {
+        self.quota = quota
+        self.share = share
+        self.shards = max(1, shards)
+        var buckets: [Key: TokenBucket] = [:]
+        for endpoint in ServerAPIEndpoint.allCases {
+            for environment in AppleEnvironment.allCases {
+                let rate = quota.rate(endpoint, environment) * share / Double(self.shards)
+                // A second's worth at once at most: Apple counts over the hour, the app server's
+                // calls arrive meanwhile, and a burst is what leaves them none.
+                buckets[Key(endpoint, environment)] = TokenBucket(rate: rate, burst: max(1, Int(rate)))
+            }
+        }
+        self.buckets = buckets
+        counts = Locked([:])
+    }
+
+    /// Requests a second the job allows itself on one endpoint.
+    public func budget(_ key: Key) -> Double { buckets[key]?.rate ?? 0 }
+
+    /// Waits for a slot of the endpoint's budget, and past a pause Apple asked for; then counts the request.
+    func acquire(_ key: Key) async {
+        await buckets[key]?.acquire()
+        counts.withLock { $0[key, default: (0, 0)].requests += 1 }
+    }
+
+    /// Apple answered 429: counted, and the endpoint waits until `retryAfter` for every task (nil:
+    /// no pause, as for a wait longer than the run waits, whose requests are deferred instead).
+    func throttled(_ key: Key, retryAfter: Duration?) {
+        counts.withLock { $0[key, default: (0, 0)].throttled += 1 }
+        if let retryAfter, retryAfter > .zero { buckets[key]?.pause(until: ContinuousClock.now + retryAfter) }
+    }
+
+    /// The traffic of every (endpoint, environment) asked at least once.
+    public var usage: [Key: Usage] {
+        counts.withLock { counts in
+            counts.reduce(into: [:]) { result, entry in
+                result[entry.key] = Usage(budget: budget(entry.key), requests: entry.value.requests, throttled: entry.value.throttled)
+            }
+        }
+    }
+}

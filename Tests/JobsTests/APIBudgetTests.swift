@@ -1,0 +1,163 @@
+import AppStore
+import AppStoreModels
+import Foundation
+import Jobs
+import Reconciliation
+import Storage
+import Testing
+import TestSupport
+
+/// Apple's budget on the App Store Server API (issue 28): the job keeps to its share of each
+/// endpoint's quota, a 429 stops the endpoint for every task until Retry-After, shards together
+/// keep to one budget. Against the simulator enforcing
+/// Apple's quota over a scaled-down window, on loopback.
+@Suite struct APIBudgetTests {
+    static let day: Int64 = 86_400_000
+
+    /// A subscription chain of one transaction, for the simulated API.
+    static func subscription(_ id: String, product: String = "pro.monthly", customer: String? = nil, now: Int64) -> [String: Any] {
+        var chain: [String: Any] = [
+            "environment": "Production",
+            "transactions": [["transactionId": id, "productId": product, "type": "Auto-Renewable Subscription",
+                              "subscriptionGroupIdentifier": product, "purchaseDate": now - 5 * day, "expiresDate": now + 25 * day]],
+            "renewal": ["autoRenewStatus": 1, "autoRenewProductId": product],
+        ]
+        if let customer { chain["customer"] = customer }
+        return chain
+    }
+
+    static func purchase(_ id: String, product: String, customer: String? = nil, now: Int64) -> [String: Any] {
+        var chain: [String: Any] = [
+            "environment": "Production",
+            "transactions": [["transactionId": id, "productId": product, "type": "Non-Consumable", "purchaseDate": now - 50 * day]],
+        ]
+        if let customer { chain["customer"] = customer }
+        return chain
+    }
+
+    static func id(_ index: Int) -> String { String(7_000_000_000 + index) }
+
+    /// `accounts` accounts with one subscription each, known to the job by their stored entitlement.
+    static func subscribers(_ accounts: Int, quota: [String: Any]?, _ body: (RunWorld) async throws -> Void) async throws {
+        let now = Date()
+        let nowMs = Int64(now.timeIntervalSince1970 * 1000)
+        var chains: [String: Any] = [:]
+        for index in 0..<accounts { chains[id(index)] = subscription(id(index), now: nowMs) }
+        var scenario: [String: Any] = ["api": ["chains": chains]]
+        if let quota { scenario["api_quota"] = quota }
+        try await RunWorld.with("api-budget", now: now, scenario: scenario) { world in
+            for index in 0..<accounts {
+                let account = "subscriber-\(index)"
+                try await world.addReceipt(account, spec: ["generate": ["subscriptions": [world.subscription(original: id(index), endDays: 25)]]])
+                try await world.store(Entitlement(accountId: account, productId: "pro.monthly", originalTransactionId: id(index),
+                                                  latestTransactionId: id(index), state: .active, expiresAt: Date(ms: nowMs + 25 * day),
+                                                  environment: "Production"))
+            }
+            try await body(world)
+        }
+    }
+
+    /// A server-api backfill of every account, keeping to `history` and `statuses` requests a
+    /// second of Apple's quota, half of it the job's.
+    static func options(_ world: RunWorld, history: Double, statuses: Double, concurrency: Int = 8) -> RunOptions {
+        var options = ServerAPISourceTests.options(world)
+        options.apiQuota = ServerAPIQuota(production: [.history: history, .statuses: statuses], sandbox: [:])
+        options.apiBudgetShare = 0.5
+        options.concurrency = concurrency
+        return options
+    }
+
+    /// The most of `times` (milliseconds) in any span of `span` milliseconds.
+    static func busiest(_ times: [Int64], span: Int64) -> Int {
+        let sorted = times.sorted()
+        var (best, start) = (0, 0)
+        for (end, time) in sorted.enumerated() {
+            while time - sorted[start] >= span { start += 1 }
+            best = max(best, end - start + 1)
+        }
+        return best
+    }
+
+    /// The job takes its share and no more: at 10 a second (half of 20), a second's burst at most,
+    /// never a 429 from a quota that leaves the other half to the app server.
+    @Test func theJobNeverExceedsItsShare() async throws {
+        let quota: [String: Any] = ["window_seconds": 2, "production": ["history": 20, "statuses": 20]]
+        try await Self.subscribers(60, quota: quota) { world in
+            let (summary, ending) = try await world.run(Self.options(world, history: 20, statuses: 20), apiBudget: true)
+            #expect(ending == .completed)
+            #expect(summary.receipts[.verified] == 60)
+            let traffic = try await world.simulator.apiStatistics()
+            for endpoint in ["history/Production", "statuses/Production"] {
+                let seen = try #require(traffic[endpoint], "\(endpoint)")
+                #expect(seen.requests == 60 && seen.throttled == 0, "\(endpoint)")
+                // GCRA: in any span of T, at most rate x T plus the burst (10). Four more: arrivals are
+                // stamped by the simulator, which a loaded machine (the sanitizer's) can stall briefly.
+                #expect(Self.busiest(seen.arrivals, span: 2000) <= 20 + 10 + 4, "\(endpoint): \(seen.arrivals)")
+                #expect(Self.busiest(seen.arrivals, span: 3000) <= 30 + 10 + 4, "\(endpoint): \(seen.arrivals)")
+                let usage = try #require(summary.apiRequests?[endpoint])
+                #expect(usage.budgetPerSecond == 10 && usage.requests == 60 && usage.throttled == 0)
+                #expect(usage.budgetUsed > 0 && usage.budgetUsed <= 1.3, "\(usage)")
+            }
+        }
+    }
+
+    /// Apple's quota runs out (the app server used it, or Apple granted less): the first 429
+    /// pauses the endpoint for every task until its Retry-After. No other request reaches the
+    /// endpoint meanwhile but those already on their way; the run then finishes every account.
+    @Test func a429StopsTheEndpointForEveryoneUntilRetryAfter() async throws {
+        // 3 history requests a 2-second window; the job believes it may send 2 a second (half of 4),
+        // a slot every 500 ms: it runs into the quota in every window.
+        let quota: [String: Any] = ["window_seconds": 2, "production": ["history": 1.5, "statuses": 100]]
+        try await Self.subscribers(9, quota: quota) { world in
+            var options = Self.options(world, history: 4, statuses: 200, concurrency: 4)
+            options.policy.maximumAttempts = 10
+            let (summary, ending) = try await world.run(options, apiBudget: true)
+            #expect(ending == .completed)
+            #expect(summary.receipts[.verified] == 9, "\(summary.receipts)")
+            let history = try #require(try await world.simulator.apiStatistics()["history/Production"])
+            #expect(history.requests == 9)
+            #expect(history.throttled >= 1, "the quota must have been hit for the test to mean anything")
+            #expect(summary.apiRequests?["history/Production"]?.throttled == history.throttled)
+            // The 429s come in clusters, one per exhausted window: those already on their way when the
+            // first came back. Between two clusters the endpoint rested until Apple's Retry-After, so
+            // the next window's first requests went through before any more were refused. Without
+            // the pause, the other tasks would have gone on sending at their slots (500 ms apart) and
+            // been refused one by one.
+            var clusters: [[Int64]] = []
+            for time in history.throttledAt.sorted() {
+                if let last = clusters.last?.last, time - last <= 250 { clusters[clusters.count - 1].append(time) } else { clusters.append([time]) }
+            }
+            #expect(clusters.allSatisfy { $0.count <= 4 }, "\(clusters)")
+            for (earlier, later) in zip(clusters, clusters.dropFirst()) {
+                #expect(history.arrivals.contains { $0 > earlier.last! && $0 < later.first! },
+                        "429s at \(earlier) then \(later) with nothing let through between: the endpoint was not paused")
+            }
+        }
+    }
+
+    /// Two shard workers at once: each takes half of the job's share, so together they keep to it.
+    @Test func shardsTogetherStayWithinOneBudget() async throws {
+        let quota: [String: Any] = ["window_seconds": 2, "production": ["history": 20, "statuses": 20]]
+        try await Self.subscribers(60, quota: quota) { world in
+            var first = Self.options(world, history: 20, statuses: 20)
+            first.selection = AccountSelection(kind: first.selection.kind, shard: (0, 2))
+            var second = Self.options(world, history: 20, statuses: 20)
+            second.selection = AccountSelection(kind: second.selection.kind, shard: (1, 2))
+            async let one = world.run(first, apiBudget: true)
+            async let two = world.run(second, apiBudget: true)
+            let (a, b) = try await (one, two)
+            #expect(a.ending == .completed && b.ending == .completed)
+            #expect(a.summary.receipts[.verified, default: 0] + b.summary.receipts[.verified, default: 0] == 60)
+            #expect(a.summary.apiRequests?["history/Production"]?.budgetPerSecond == 5)
+            let traffic = try await world.simulator.apiStatistics()
+            for endpoint in ["history/Production", "statuses/Production"] {
+                let seen = try #require(traffic[endpoint])
+                #expect(seen.requests == 60 && seen.throttled == 0, "\(endpoint)")
+                // Together 10 a second, each shard's burst (5) on top; four more for a stalled simulator.
+                // One budget per shard unsplit would be 20 a second: 40 in 2 s.
+                #expect(Self.busiest(seen.arrivals, span: 2000) <= 20 + 5 + 5 + 4, "\(endpoint): \(seen.arrivals)")
+                #expect(Self.busiest(seen.arrivals, span: 3000) <= 30 + 5 + 5 + 4, "\(endpoint): \(seen.arrivals)")
+            }
+        }
+    }
+}
