@@ -58,16 +58,24 @@ struct ServerAPISource: AppleAccountSource {
         }
     }
 
+    /// Get Transaction History answers with the customer's whole history for the app from any one
+    /// of its ids, so it is asked once per customer: the originals an answer covered are not asked
+    /// again, only those it did not (an account holding purchases of two Apple IDs). Get All
+    /// Subscription Statuses, also the customer's whole, is asked once per history answer that
+    /// holds an auto-renewable subscription, and never for one that holds none.
     private func verifyAccount(
         _ originals: [String], known: AppleEnvironment?, outcome: inout VerificationOutcome
     ) async -> Verified {
         var transactions: [String: JWSTransaction] = [:]
         var renewals: [JWSRenewalInfo] = []
         var environment = known ?? .production
-        for original in originals {
+        var covered = Set<String>()
+        for original in originals where !covered.contains(original) {
+            covered.insert(original)
             let history = await client.transactionHistory(originalTransactionId: original, environment: known)
             note(history, into: &outcome)
             environment = history.environment
+            var subscription: String?
             switch history.result {
             case .failure(let failure): return .not(result(failure))
             case .success(let signed):
@@ -75,13 +83,16 @@ struct ServerAPISource: AppleAccountSource {
                     do {
                         let transaction = try await verifier.verify(jws, as: JWSTransaction.self, environment: .host(history.environment))
                         transactions[transaction.transactionId] = transaction
+                        let chain = transaction.originalTransactionId ?? transaction.transactionId
+                        covered.insert(chain)
+                        if subscription == nil, Self.isAutoRenewable(transaction) { subscription = chain }
                     } catch {
                         return .not(.failed(status: nil, reason: "a signed transaction of \(original): \(error.reason)"))
                     }
                 }
             }
-            // Only subscriptions have statuses; a one-off purchase's chain answers with none.
-            let statuses = await client.subscriptionStatuses(originalTransactionId: original, environment: history.environment)
+            guard let subscription else { continue }
+            let statuses = await client.subscriptionStatuses(originalTransactionId: subscription, environment: history.environment)
             note(statuses, into: &outcome)
             switch statuses.result {
             case .failure(let failure): return .not(result(failure))
@@ -91,7 +102,7 @@ struct ServerAPISource: AppleAccountSource {
                     do {
                         renewals.append(try await verifier.verify(signed, as: JWSRenewalInfo.self, environment: .host(statuses.environment)))
                     } catch {
-                        return .not(.failed(status: nil, reason: "a signed renewal info of \(original): \(error.reason)"))
+                        return .not(.failed(status: nil, reason: "a signed renewal info of \(subscription): \(error.reason)"))
                     }
                 }
             }
@@ -100,6 +111,11 @@ struct ServerAPISource: AppleAccountSource {
         return .facts(VerifiedFacts(
             receiptId: nil, signedTransactions: transactions.values.sorted { $0.transactionId < $1.transactionId },
             renewalInfos: renewals, environment: environment))
+    }
+
+    /// Apple's `type`; a transaction signed without one (2021) is a subscription when it expires.
+    static func isAutoRenewable(_ transaction: JWSTransaction) -> Bool {
+        transaction.type.map { $0 == "Auto-Renewable Subscription" } ?? (transaction.expiresDate != nil)
     }
 
     private enum Verified {

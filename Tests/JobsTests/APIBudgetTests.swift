@@ -9,7 +9,7 @@ import TestSupport
 
 /// Apple's budget on the App Store Server API (issue 28): the job keeps to its share of each
 /// endpoint's quota, a 429 stops the endpoint for every task until Retry-After, shards together
-/// keep to one budget. Against the simulator enforcing
+/// keep to one budget, and history is asked once per customer. Against the simulator enforcing
 /// Apple's quota over a scaled-down window, on loopback.
 @Suite struct APIBudgetTests {
     static let day: Int64 = 86_400_000
@@ -158,6 +158,53 @@ import TestSupport
                 #expect(Self.busiest(seen.arrivals, span: 2000) <= 20 + 5 + 5 + 4, "\(endpoint): \(seen.arrivals)")
                 #expect(Self.busiest(seen.arrivals, span: 3000) <= 30 + 5 + 5 + 4, "\(endpoint): \(seen.arrivals)")
             }
+        }
+    }
+
+    /// History answers with the customer's whole history from any of its ids: asked once per
+    /// customer (twice for an account holding two Apple IDs' purchases); statuses only where the
+    /// history holds a subscription. Before: both calls for every original id (12 here, now 7).
+    @Test func historyIsAskedOncePerCustomerAndStatusesOnlyForSubscribers() async throws {
+        let now = Date()
+        let nowMs = Int64(now.timeIntervalSince1970 * 1000)
+        let chains: [String: Any] = [
+            // One Apple ID: two subscriptions in two groups and a lifetime purchase.
+            "81": Self.subscription("81", product: "pro.monthly", customer: "c81", now: nowMs),
+            "82": Self.subscription("82", product: "storage.yearly", customer: "c81", now: nowMs),
+            "83": Self.purchase("83", product: "lifetime", customer: "c81", now: nowMs),
+            // One account, two Apple IDs, a subscription each.
+            "91": Self.subscription("91", product: "pro.monthly", customer: "c91", now: nowMs),
+            "92": Self.subscription("92", product: "storage.yearly", customer: "c92", now: nowMs),
+            // A lifetime purchase alone: no subscription, no statuses.
+            "99": Self.purchase("99", product: "lifetime", now: nowMs),
+        ]
+        try await RunWorld.with("api-per-customer", now: now, scenario: ["api": ["chains": chains]]) { world in
+            let owners: [(String, String, String, Bool)] = [
+                ("one-id", "81", "pro.monthly", true), ("one-id", "82", "storage.yearly", true), ("one-id", "83", "lifetime", false),
+                ("two-ids", "91", "pro.monthly", true), ("two-ids", "92", "storage.yearly", true), ("lifetime", "99", "lifetime", false),
+            ]
+            for account in ["one-id", "two-ids", "lifetime"] {
+                try await world.addReceipt(account, spec: ["generate": ["purchases": [["product_id": "lifetime", "transaction_id": "x-\(account)"]]]])
+            }
+            for (account, original, product, expires) in owners {
+                try await world.store(Entitlement(accountId: account, productId: product, originalTransactionId: original,
+                                                  latestTransactionId: original, state: .active,
+                                                  expiresAt: expires ? Date(ms: nowMs + 25 * Self.day) : nil, environment: "Production"))
+            }
+            let (summary, ending) = try await world.run(Self.options(world, history: 1000, statuses: 1000), apiBudget: true)
+            #expect(ending == .completed)
+            #expect(summary.receipts[.verified] == 3)
+            #expect(summary.apiRequests?["history/Production"]?.requests == 4)  // one-id once, two-ids twice, lifetime once
+            #expect(summary.apiRequests?["statuses/Production"]?.requests == 3)  // not for the lifetime-only account
+            #expect(summary.appleRequests == 7)
+            // Nothing was lost by asking less: every product of every chain is still entitled, renewal state included.
+            let entitlements = try await world.entitlements()
+            for (account, _, product, expires) in owners {
+                let row = try #require(entitlements["\(account)/\(product)"], "\(account)/\(product)")
+                #expect(row.state == .active, "\(account)/\(product)")
+                if expires { #expect(row.autoRenew == true, "\(account)/\(product)") }
+            }
+            #expect(summary.corrections.isEmpty || summary.corrections["revoke"] == nil, "\(summary.corrections)")
         }
     }
 }

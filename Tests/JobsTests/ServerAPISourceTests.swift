@@ -60,8 +60,8 @@ import TestSupport
             #expect(try ledger.map { try $0.decode("transaction_id", as: String.self) } == ["1000000166865231", "1000000166965150", "2000000000000777"])
             #expect(try ledger.allSatisfy { try $0.decode("source", as: String?.self) == "server_api" })
             #expect(try ledger[2].decode("price_milliunits", as: Int64?.self) == 4990)
-            // Two chains: history (2 pages + 1) and statuses for each.
-            #expect(summary.appleRequests == 5)
+            // Two chains of two customers: history for each (2 pages + 1), statuses only for the subscription's.
+            #expect(summary.appleRequests == 4)
         }
     }
 
