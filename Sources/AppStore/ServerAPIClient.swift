@@ -150,6 +150,32 @@ public final class ServerAPIClient: Sendable {
         }
     }
 
+    /// One page of Get Notification History (`POST /inApps/v1/notifications/history`): the V2
+    /// notifications Apple sent in [`start`, `end`) from `environment`'s host; `paginationToken` from
+    /// the page before.
+    public func notificationHistory(
+        start: Date, end: Date, environment: AppleEnvironment, paginationToken: String?
+    ) async -> Outcome<NotificationHistoryResponse> {
+        var outcome = Outcome<NotificationHistoryResponse>(
+            result: .success(NotificationHistoryResponse(signedPayloads: [], hasMore: false, paginationToken: nil)), environment: environment)
+        let body = Array("{\"startDate\":\(Int64(start.timeIntervalSince1970 * 1000)),\"endDate\":\(Int64(end.timeIntervalSince1970 * 1000))}".utf8)
+        let query = paginationToken.map { [("paginationToken", $0)] } ?? []
+        switch await fetch(.notificationHistory, "/inApps/v1/notifications/history", query: query, method: "POST", body: body,
+                           outcome: &outcome, mayHop: false) {
+        case .hop:
+            outcome.result = .failure(.failed(httpStatus: nil, errorCode: nil, reason: "notification history cannot move to another host"))
+        case .failure(let failure):
+            outcome.result = .failure(failure)
+        case .body(let body):
+            if let page = try? NotificationHistoryResponse.decode(body) {
+                outcome.result = .success(page)
+            } else {
+                outcome.result = .failure(.deferred(reason: "Apple's notification history is not valid JSON (\(body.count) bytes)"))
+            }
+        }
+        return outcome
+    }
+
     // MARK: One request, with its retries
 
     private enum Fetched {
@@ -169,7 +195,8 @@ public final class ServerAPIClient: Sendable {
 
     /// GET `path` of `endpoint` from the outcome's environment, attempt after attempt.
     private func fetch<Value>(
-        _ endpoint: ServerAPIEndpoint, _ path: String, query: [(String, String)], outcome: inout Outcome<Value>, mayHop: Bool
+        _ endpoint: ServerAPIEndpoint, _ path: String, query: [(String, String)], method: String = "GET", body: [UInt8] = [],
+        outcome: inout Outcome<Value>, mayHop: Bool
     ) async -> Fetched {
         var reason = "not attempted"
         for attempt in 1...policy.maximumAttempts {
@@ -178,7 +205,7 @@ public final class ServerAPIClient: Sendable {
             if let rateLimiter = shared.rateLimiter { await rateLimiter.acquire() }
             let key = ServerAPIBudget.Key(endpoint, outcome.environment)
             await budget?.acquire(key)
-            var verdict = await exchange(path, query: query, outcome: &outcome, mayHop: mayHop)
+            var verdict = await exchange(path, query: query, method: method, body: body, outcome: &outcome, mayHop: mayHop)
             if case .throttled(let why, let retryAfter) = verdict {
                 // The app's quota, not this request: every task waits for the endpoint, then this one
                 // tries again. Not a transient failure for the storm gate, which would stop verifyReceipt too.
@@ -213,7 +240,9 @@ public final class ServerAPIClient: Sendable {
         return .failure(.deferred(reason: "\(reason) (after \(policy.maximumAttempts) attempts)"))
     }
 
-    private func exchange<Value>(_ path: String, query: [(String, String)], outcome: inout Outcome<Value>, mayHop: Bool) async -> Verdict {
+    private func exchange<Value>(
+        _ path: String, query: [(String, String)], method: String, body: [UInt8], outcome: inout Outcome<Value>, mayHop: Bool
+    ) async -> Verdict {
         outcome.requests += 1
         outcome.endpoints.append(outcome.environment)
         let authorization: String
@@ -224,8 +253,9 @@ public final class ServerAPIClient: Sendable {
         }
         let queryText = query.isEmpty ? "" : "?" + query.map { "\($0)=\(Self.queryValue($1))" }.joined(separator: "&")
         let request = HTTPRequest(
-            url: endpoints.base(outcome.environment) + path + queryText, method: "GET",
-            headers: ["Authorization: " + authorization, "Accept: application/json"], body: [],
+            url: endpoints.base(outcome.environment) + path + queryText, method: method,
+            headers: ["Authorization: " + authorization, "Accept: application/json"] + (body.isEmpty ? [] : ["Content-Type: application/json"]),
+            body: body,
             connectTimeout: policy.connectTimeout, totalTimeout: policy.requestTimeout, maximumResponseBytes: policy.maximumResponseBytes)
         let response: HTTPResponse
         do {

@@ -81,6 +81,41 @@ extension SubscriptionStatusesResponse.LastTransaction {
     }
 }
 
+/// Get Notification History (`POST /inApps/v1/notifications/history`): one page of the App Store
+/// Server Notifications V2 Apple sent (or tried to send) in a window, each as its signed payload.
+public struct NotificationHistoryResponse: Sendable, Equatable {
+    public var signedPayloads: [String]
+    public var hasMore: Bool
+    /// Where the next page starts (`?paginationToken=`), while `hasMore`.
+    public var paginationToken: String?
+
+    public init(signedPayloads: [String], hasMore: Bool, paginationToken: String?) {
+        self.signedPayloads = signedPayloads
+        self.hasMore = hasMore
+        self.paginationToken = paginationToken
+    }
+
+    public static func decode(_ body: some Collection<UInt8>) throws -> NotificationHistoryResponse {
+        try AppleJSONReader.read(body) { reader in
+            var token: String?
+            var hasMore = false
+            var signed: [String] = []
+            try reader.readObject { key, reader in
+                if key == "paginationToken" { token = try reader.value().string() }
+                else if key == "hasMore" { hasMore = try reader.value().bool() ?? false }
+                else if key == "notificationHistory" {
+                    _ = try reader.flexibleArray { reader in
+                        try reader.readObject { key, reader in
+                            if key == "signedPayload", let payload = try reader.value().string() { signed.append(payload) } else { try reader.skipValue() }
+                        }
+                    }
+                } else { try reader.skipValue() }
+            }
+            return NotificationHistoryResponse(signedPayloads: signed, hasMore: hasMore, paginationToken: token)
+        }
+    }
+}
+
 /// The Server API's error body: `{"errorCode": 4040010, "errorMessage": "Transaction id not found."}`.
 public struct ServerAPIError: Sendable, Equatable {
     public var errorCode: Int?

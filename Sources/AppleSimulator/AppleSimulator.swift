@@ -22,6 +22,8 @@ public final class AppleSimulator: Sendable {
     let apiWorld: SimulatedAPIWorld
     /// What the Server API was asked, and Apple's quota on it when the scenario sets one.
     let apiTraffic: SimulatedAPITraffic
+    /// Get Notification History's notifications, signed at start.
+    let apiNotifications: [SimulatedHistoryNotification]
     private let verifyRequests = Locked(0)
     /// The benchmark's night (`POST /__night/N`): specs answer with their `night2` changes from 2 on.
     private let night = Locked(1)
@@ -37,6 +39,7 @@ public final class AppleSimulator: Sendable {
         self.signingChain = signingChain
         apiWorld = SimulatedAPIWorld(scenario.apiChains)
         apiTraffic = SimulatedAPITraffic(quota: scenario.apiQuota)
+        apiNotifications = try signingChain.map { try SimulatedHistoryNotification.sign(scenario.apiNotifications, chain: $0) } ?? []
         var handler: LoopbackHTTPServer.Handler = { _, _, _, _ in .drop }
         let box = HandlerBox()
         handler = { method, path, body, authorization in
@@ -73,7 +76,7 @@ public final class AppleSimulator: Sendable {
         }
         if path.hasPrefix("/inApps/") || path.hasPrefix("/sandbox/inApps/") {
             verifyRequests.withLock { $0 += 1 }
-            return handleServerAPI(method: method, target: path, authorization: authorization)
+            return handleServerAPI(method: method, target: path, body: body, authorization: authorization)
         }
         let endpoint: String
         switch path {

@@ -57,7 +57,7 @@ public struct SimulatedAPIFault: Sendable, Equatable {
 
 extension AppleSimulator {
     /// `GET [/sandbox]/inApps/v2/history/{id}[?revision=N]` and `GET [/sandbox]/inApps/v1/subscriptions/{id}`.
-    func handleServerAPI(method: String, target: String, authorization: String?) -> SimulatedReply {
+    func handleServerAPI(method: String, target: String, body: [UInt8], authorization: String?) -> SimulatedReply {
         let sandbox = target.hasPrefix("/sandbox/")
         let endpoint = sandbox ? "Sandbox" : "Production"
         let (path, query) = Self.split(target: sandbox ? String(target.dropFirst("/sandbox".count)) : target)
@@ -65,8 +65,12 @@ extension AppleSimulator {
         if scenario.apiUnauthorized || !Self.isWellFormedToken(authorization) {
             return .respond(status: 401, body: [])
         }
-        guard method == "GET" else { return Self.apiError(405, 4050000, "method not allowed") }
         let parts = path.split(separator: "/").map(String.init)
+        if parts == ["inApps", "v1", "notifications", "history"] {
+            guard method == "POST" else { return Self.apiError(405, 4050000, "method not allowed") }
+            return notificationHistory(environment: endpoint, token: query["paginationToken"], body: body)
+        }
+        guard method == "GET" else { return Self.apiError(405, 4050000, "method not allowed") }
         guard parts.count == 4, parts[0] == "inApps", let id = parts[3].removingPercentEncoding else {
             return Self.apiError(404, 4040000, "not found")
         }
@@ -107,6 +111,32 @@ extension AppleSimulator {
         } catch {
             return .respond(status: 500, body: Array("simulator: \(error)".utf8))
         }
+    }
+
+    /// Get Notification History: the scenario's signed notifications of this host whose signedDate
+    /// falls in [startDate, endDate), oldest first, in pages (`paginationToken`), within the quota.
+    private func notificationHistory(environment: String, token: String?, body: [UInt8]) -> SimulatedReply {
+        guard let request = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
+              let start = (request["startDate"] as? NSNumber)?.int64Value, let end = (request["endDate"] as? NSNumber)?.int64Value
+        else { return Self.apiError(400, 4000005, "Invalid request: startDate and endDate are required.") }
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        guard start < end, now - start <= 180 * 86_400_000 else {
+            return Self.apiError(400, 4000017, "Invalid start date: at most 180 days back, before the end date.")
+        }
+        if let retryAfter = apiTraffic.admit("notification-history", environment: environment) {
+            return .respond(status: 429, headers: ["Retry-After": String(retryAfter)],
+                            body: Self.json(["errorCode": 4290000, "errorMessage": "Rate limit exceeded."]))
+        }
+        let matching = apiNotifications.filter { $0.environment == environment && $0.signedDate >= start && $0.signedDate < end }
+        let offset = token.flatMap { Int($0.dropFirst("n-".count)) } ?? 0
+        let page = matching.dropFirst(offset).prefix(scenario.apiNotificationPageSize)
+        let next = offset + page.count
+        var answer: [String: Any] = [
+            "hasMore": next < matching.count,
+            "notificationHistory": page.map { ["signedPayload": $0.signedPayload, "sendAttempts": [["attemptDate": $0.signedDate, "sendAttemptResult": "SUCCESS"]]] },
+        ]
+        if next < matching.count { answer["paginationToken"] = "n-\(next)" }
+        return .respond(status: 200, body: Self.json(answer))
     }
 
     /// The customer's whole history for the app, oldest purchase first, in pages.
@@ -312,5 +342,29 @@ struct SimulatedAPIWorld: Sendable {
 
     func customerChains(of original: String) -> [String] {
         customerOf[original].flatMap { customers[$0] } ?? [original]
+    }
+}
+
+/// One notification of the simulated notification history, signed once at start.
+struct SimulatedHistoryNotification: Sendable {
+    var environment: String
+    var signedDate: Int64
+    var signedPayload: String
+
+    /// The scenario's `api.notifications` specs (as `sign-notifications` reads them), signed by `chain`.
+    static func sign(_ specs: [[UInt8]], chain: SigningChain) throws -> [SimulatedHistoryNotification] {
+        let signer = SignedNotifications(chain: chain)
+        return try specs.map { bytes in
+            guard var spec = try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else {
+                throw SimulatorError("api.notifications: each one a JSON object")
+            }
+            if spec["signedDate"] == nil { spec["signedDate"] = Int64(Date().timeIntervalSince1970 * 1000) }
+            let body = try signer.body(forSpec: Array(JSONSerialization.data(withJSONObject: spec)))
+            guard let signed = NotificationV2Body.signedPayload(Array(body.utf8)) else { throw SimulatorError("a signed notification has no signedPayload") }
+            let environment = (spec["data"] as? [String: Any])?["environment"] as? String ?? "Production"
+            return SimulatedHistoryNotification(
+                environment: environment == "Sandbox" ? "Sandbox" : "Production", signedDate: (spec["signedDate"] as? NSNumber)?.int64Value ?? 0,
+                signedPayload: signed)
+        }.sorted { $0.signedDate < $1.signedDate }
     }
 }

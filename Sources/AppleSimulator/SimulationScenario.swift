@@ -28,6 +28,10 @@ public struct SimulationScenario: Sendable {
     public var apiUnauthorized = false
     /// Apple's rate limits, enforced (`api_quota`); nil: none.
     public var apiQuota: SimulatedAPIQuota?
+    /// Get Notification History's world (`api.notifications`): V2 notification specs, as
+    /// `sign-notifications` reads them, signed at start; served by signedDate, in pages.
+    public var apiNotifications: [[UInt8]] = []
+    public var apiNotificationPageSize = 20
 
     public init(sharedSecret: String? = nil, latencyMilliseconds: Int = 0, receipts: [String: SimulatedReceipt] = [:]) {
         self.sharedSecret = sharedSecret
@@ -50,6 +54,8 @@ public struct SimulationScenario: Sendable {
         let api = root["api"] as? [String: Any] ?? [:]
         apiUnauthorized = api["unauthorized"] as? Bool ?? false
         apiQuota = try (root["api_quota"] as? [String: Any]).map(SimulatedAPIQuota.init(spec:))
+        apiNotifications = try (api["notifications"] as? [[String: Any]] ?? []).map { Array(try JSONSerialization.data(withJSONObject: $0)) }
+        apiNotificationPageSize = max(1, api["notification_page_size"] as? Int ?? 20)
         let derived = try SimulatedAPIChain.chains(
             fromReceipts: api["from_receipts"] as? [String] ?? [], disagreements: api["disagreements"] as? [String: [String: Any]] ?? [:])
         apiChains.merge(derived) { $1 }

@@ -171,6 +171,7 @@ public final class ReconciliationRun: Sendable {
         }
         if !options.isDryRun && options.processesNotifications {
             try await ensureLockHeld(logger: logger)
+            try await readNotificationHistory(now: now, summary: &summary, logger: logger)
             let processor = NotificationProcessor(
                 store: NotificationStore(connection: connections.writer), ledger: writer, sharedSecret: sharedSecret,
                 verifier: try signedData.get(), maximumAge: options.notificationMaximumAge, logger: logger)
@@ -180,6 +181,21 @@ public final class ReconciliationRun: Sendable {
         return try RunReportWriter(
             directory: options.reportDirectory ?? URL(filePath: "reports").appending(path: "run-\(summary.runId)"),
             crossCheck: options.crossCheck)
+    }
+
+    /// Get Notification History into `iap.notifications`, before they are processed: one worker
+    /// reads it (shard 0, or the only one), for each environment, within the API's budget.
+    private func readNotificationHistory(now: Date, summary: inout RunSummary, logger: Logger) async throws {
+        guard options.readsNotificationHistory, let serverAPI, (options.selection.shard?.index ?? 0) == 0 else { return }
+        let feed = NotificationHistoryFeed(
+            client: serverAPI, store: NotificationStore(connection: connections.writer),
+            firstSince: options.notificationHistorySince ?? now.addingTimeInterval(-30 * 86_400), secretGuard: secretGuard, logger: logger)
+        var reads: [NotificationHistoryRead] = []
+        for environment in [AppleEnvironment.production, .sandbox] {
+            reads.append(try await feed.pull(environment, now: now))
+            summary.appleRequests += reads.last!.requests
+        }
+        summary.notificationHistory = reads
     }
 
     /// Writes how the run ended to its row, its report files, the metrics file and the log. Work

@@ -58,6 +58,10 @@ public struct RunOptions: Sendable {
     public var notificationMaximumAge: Duration = .seconds(7 * 86_400)
     /// Process server notifications before picking accounts (not in a dry run).
     public var processesNotifications = true
+    /// Read Get Notification History first (`run`, `backfill --notifications-only`), when the
+    /// Server API is configured; from `notificationHistorySince` the first time.
+    public var readsNotificationHistory = false
+    public var notificationHistorySince: Date?
     /// Prometheus text file written at the end of the run.
     public var metricsFile: URL?
     /// A progress line on the terminal (when stderr is one), else a log line every `progressInterval`.

@@ -32,8 +32,9 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = logging.bootstrap()
         try await runReportingErrors(logger: logger) {
-            try await executeRun(try run.runOptions(kind: .nightly, selection: .due(staleAfter: staleAfter.duration)),
-                                 common: run, database: database, logger: logger)
+            var options = try run.runOptions(kind: .nightly, selection: .due(staleAfter: staleAfter.duration))
+            options.readsNotificationHistory = true
+            try await executeRun(options, common: run, database: database, logger: logger)
         }
     }
 }
@@ -95,7 +96,9 @@ struct BackfillCommand: AsyncParsableCommand {
             let selection: AccountSelection.Kind = notificationsOnly ? .reverifyRequested : .backfill(
                 accounts: accounts, receiptIds: receiptIds, since: since.flatMap(parseTime), until: until.flatMap(parseTime),
                 products: products, all: all)
-            try await executeRun(try run.runOptions(kind: .backfill, selection: selection), common: run, database: database, logger: logger)
+            var options = try run.runOptions(kind: .backfill, selection: selection)
+            options.readsNotificationHistory = notificationsOnly
+            try await executeRun(options, common: run, database: database, logger: logger)
         }
     }
 }

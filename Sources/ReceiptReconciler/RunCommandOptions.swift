@@ -107,6 +107,11 @@ struct RunCommandOptions: ParsableArguments {
         valueName: "endpoint=rate"))
     var apiQuota: [APIQuotaOverride] = []
 
+    @Option(help: ArgumentHelp(
+        "run and backfill --notifications-only first read Get Notification History (with the App Store Connect key) from where the last read ended; the first read starts at this date (ISO 8601; default 30 days back, at most 180).",
+        valueName: "date"))
+    var notificationHistorySince: String?
+
     @Option(help: "Attempts per receipt before it is deferred to a later run.")
     var maxAttempts = 5
 
@@ -175,6 +180,14 @@ struct RunCommandOptions: ParsableArguments {
         guard (0...1).contains(maxRevokeRatio) else { throw ValidationError("--max-revoke-ratio must be between 0 and 1") }
         if let rateLimit, rateLimit <= 0 { throw ValidationError("--rate-limit must be positive") }
         guard apiBudgetShare > 0 && apiBudgetShare <= 1 else { throw ValidationError("--api-budget-share must be above 0 and at most 1") }
+        if let notificationHistorySince {
+            guard let since = parseTime(notificationHistorySince) else {
+                throw ValidationError("--notification-history-since: not an ISO 8601 date or time: \(notificationHistorySince)")
+            }
+            guard since > Date().addingTimeInterval(-180 * 86_400), since < Date() else {
+                throw ValidationError("--notification-history-since: Apple keeps notification history for 180 days; give a date within them")
+            }
+        }
         guard batchSize >= 1 && batchSize <= 50_000 else { throw ValidationError("--batch-size must be between 1 and 50000") }
         // libcurl reads a zero timeout as "no limit": a request could then wait forever.
         guard requestTimeout.seconds >= 0.001 else { throw ValidationError("--request-timeout must be at least 1ms (0 would mean no limit)") }
@@ -216,6 +229,7 @@ struct RunCommandOptions: ParsableArguments {
         options.concurrency = concurrency
         options.requestsPerSecond = rateLimit
         options.apiBudgetShare = apiBudgetShare
+        options.notificationHistorySince = notificationHistorySince.flatMap(parseTime)
         for override in apiQuota {
             if override.environment == .production {
                 options.apiQuota.production[override.endpoint] = override.rate

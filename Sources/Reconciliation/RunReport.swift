@@ -71,6 +71,11 @@ public enum RunReport {
         if let skipped = summary.accountsNotCrossChecked, skipped > 0 {
             lines.append("  not cross-checked (the other source failed): \(skipped)")
         }
+        if let reads = summary.notificationHistory, !reads.isEmpty {
+            lines.append("  notification history: " + reads.map { read in
+                "\(read.environment) \(read.received) listed, \(read.stored) new" + (read.complete ? "" : " (incomplete: read again next run)")
+            }.joined(separator: "; "))
+        }
         if let api = summary.apiRequests, !api.isEmpty {
             lines.append("  App Store Server API: " + api.sorted { $0.key < $1.key }.map { key, usage in
                 "\(key) \(usage.requests) (\(usage.throttled) throttled, \(percent(usage.budgetUsed)) of the budget)"
@@ -121,6 +126,16 @@ public enum RunReport {
             - Fresher receipts from Apple stored: \(summary.latestReceiptsStored); placeholders ignored: \(summary.latestReceiptsIgnored)
 
             """
+        if let reads = summary.notificationHistory, !reads.isEmpty {
+            text += "\n## Notification history (Get Notification History, the delta feed)\n\n"
+                + "| environment | from | to | pages | listed | new | complete |\n|---|---|---|---|---|---|---|\n"
+            for read in reads {
+                text += "| \(read.environment) | \(Timestamp.format(read.from)) | \(Timestamp.format(read.to)) | \(read.pages) | \(read.received) | "
+                    + "\(read.stored) | \(read.complete ? "yes" : "no: " + DisplayText.escaped(read.error ?? "")) |\n"
+            }
+            text += "\nNew ones are notifications nobody had stored (the app server missed them, or they came since the last read). "
+                + "An incomplete window is read again by the next run: the watermark moves only once a window is stored whole.\n"
+        }
         if let api = summary.apiRequests, !api.isEmpty {
             text += "\n## App Store Server API requests, against the job's budget\n\n"
                 + "| endpoint | requests | 429 (throttled) | budget (requests/s) | budget used |\n|---|---|---|---|---|\n"

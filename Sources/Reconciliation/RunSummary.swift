@@ -20,6 +20,28 @@ public enum NotificationOutcome: String, Sendable, Codable, CodingKeyRepresentab
     case duplicate
 }
 
+/// One environment's read of Get Notification History in a run: the window, what came, what was new.
+public struct NotificationHistoryRead: Sendable, Codable, Equatable {
+    public var environment: String
+    public var from: Date
+    public var to: Date
+    public var pages = 0
+    public var requests = 0
+    /// Signed payloads Apple listed, and those not stored before (the app server missed them, or
+    /// they are new since the last read).
+    public var received = 0
+    public var stored = 0
+    /// Every page was read and stored: the watermark moved to `to`.
+    public var complete = false
+    public var error: String?
+
+    public init(environment: String, from: Date, to: Date) {
+        self.environment = environment
+        self.from = from
+        self.to = to
+    }
+}
+
 /// One App Store Server API endpoint's traffic in a run, against the job's budget on it.
 public struct APIEndpointUsage: Sendable, Codable, Equatable {
     /// Requests a second the job allowed itself (its share of Apple's quota, divided among shards).
@@ -106,6 +128,8 @@ public struct RunSummary: Sendable, Codable, Equatable {
     /// App Store Server API traffic by `endpoint/environment` (`history/Production`). Optional only
     /// so that summaries stored before it still decode; nil when the API was not asked.
     public var apiRequests: [String: APIEndpointUsage]?
+    /// Get Notification History, per environment, when the run read it.
+    public var notificationHistory: [NotificationHistoryRead]?
 
     public var error: String?
 

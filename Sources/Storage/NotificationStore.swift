@@ -14,16 +14,37 @@ public struct NotificationStore: Sendable {
     /// Stores bodies as received (each one a JSON object), in one statement; returns how many
     /// were new. A V2 body already stored (Apple sends one again until it is answered) is not
     /// stored twice: its notificationUUID, read here unverified, and its bytes say so.
+    ///
+    /// `byUUIDOnly`: a V2 body whose notificationUUID is stored at all is not stored again, however
+    /// it is wrapped or signed (Get Notification History may sign anew what the app server kept).
     @discardableResult
-    public func insert(bodies: [String]) async throws -> Int {
+    public func insert(bodies: [String], byUUIDOnly: Bool = false) async throws -> Int {
         guard !bodies.isEmpty else { return 0 }
         let uuids = bodies.map { NotificationV2Body.unverifiedNotificationUUID(Array($0.utf8)) }
         return try await connection.query("""
             INSERT INTO iap.notifications (body, notification_uuid)
             SELECT b, u FROM unnest(\(PostgresArray(bodies))::jsonb[], \(PostgresArray(uuids))::text[]) AS n (b, u)
+            WHERE NOT \(byUUIDOnly) OR u IS NULL OR NOT EXISTS (SELECT 1 FROM iap.notifications s WHERE s.notification_uuid = n.u)
             ON CONFLICT DO NOTHING
             RETURNING 1
             """).count
+    }
+
+    /// Where the last fully stored window of Get Notification History ended, for `environment`.
+    public func notificationHistoryWatermark(_ environment: AppleEnvironment) async throws -> Date? {
+        try await connection.query("""
+            SELECT read_until FROM iap.notification_history_watermarks WHERE environment = \(environment.rawValue)
+            """).first.map { try $0.decode("read_until") }
+    }
+
+    /// Moves the watermark to `readUntil` once a window is stored whole; never backwards (another
+    /// worker may have read further meanwhile).
+    public func advanceNotificationHistoryWatermark(_ environment: AppleEnvironment, to readUntil: Date) async throws {
+        try await connection.execute("""
+            INSERT INTO iap.notification_history_watermarks (environment, read_until) VALUES (\(environment.rawValue), \(readUntil))
+            ON CONFLICT (environment) DO UPDATE
+            SET read_until = GREATEST(iap.notification_history_watermarks.read_until, EXCLUDED.read_until), updated_at = now()
+            """)
     }
 
     public struct Pending: Sendable {
