@@ -62,9 +62,13 @@ public final class ReconciliationRun: Sendable {
 
     /// Checks the password of server notifications; never logged.
     let sharedSecret: String
+    /// Told a rolling run's plan before any account is verified (`run --dry-run` prints it).
+    let planned: (@Sendable (SchedulePlan) -> Void)?
 
     public init(options: RunOptions, connections: Connections, client: VerifyReceiptClient, serverAPI: ServerAPIClient? = nil,
-                sharedSecret: String, logger: Logger, sharedSecretRejectionLimit: Int = 20) {
+                sharedSecret: String, logger: Logger, sharedSecretRejectionLimit: Int = 20,
+                planned: (@Sendable (SchedulePlan) -> Void)? = nil) {
+        self.planned = planned
         self.serverAPI = serverAPI
         signedData = Result { () throws(SignedDataVerifier.BadRoot) in try SignedDataVerifier(configuration: options.signedDataConfiguration) }
         self.options = options
@@ -136,8 +140,9 @@ public final class ReconciliationRun: Sendable {
         let ending: Ending
         do {
             let rules = EntitlementRules(catalog: try await reader.catalog(), sandboxPolicy: options.sandboxPolicy)
-            summary = try await verifyAndPlan(now: now, rules: rules, reader: reader, writer: writer, summary: summary,
-                                              report: report, logger: logger)
+            let selection = try await plannedSelection(now: now, writer: writer, summary: &summary, logger: logger)
+            summary = try await verifyAndPlan(now: now, rules: rules, reader: reader, writer: writer, selection: selection,
+                                              summary: summary, report: report, logger: logger)
             ending = try await applyWithinSafetyLimit(now: now, writer: writer, summary: &summary, logger: logger)
         } catch {
             try await recordFailure(error, summary: &summary, writer: writer, report: report)
@@ -196,6 +201,37 @@ public final class ReconciliationRun: Sendable {
             summary.appleRequests += reads.last!.requests
         }
         summary.notificationHistory = reads
+    }
+
+    /// The accounts this run takes: those selected, or, for a rolling run, its plan written to
+    /// `iap.run_schedule` (notified, at risk, then the full cycle, as many as the window holds at
+    /// the API budget), said in the log and to `planned` before any account is verified.
+    private func plannedSelection(now: Date, writer: ReconciliationStore, summary: inout RunSummary, logger: Logger) async throws
+        -> AccountSelection
+    {
+        guard let rolling = options.rollingSchedule, case .due(let staleAfter) = options.selection.kind else { return options.selection }
+        let budget = serverAPI?.budget ?? options.apiBudget()
+        let budgets = ["history": budget.budget(.init(.history, .production)), "statuses": budget.budget(.init(.statuses, .production))]
+        let perAccount = try await Self.retryingLostConnections(logger: logger) { try await writer.measuredRequestsPerAccount() }
+            ?? SchedulePlan.firstGuess
+        let capacity = rolling.window.map {
+            SchedulePlan.capacity(windowSeconds: $0.timeInterval, budgetPerSecond: budgets, requestsPerAccount: perAccount)
+        }
+        let (due, scheduled) = try await Self.retryingLostConnections(logger: logger) {
+            try await writer.planSchedule(
+                runId: summary.runId, shard: options.selection.shard, now: now, staleAfter: staleAfter, fullCycle: rolling.fullCycle,
+                atRiskUntil: now.adding(options.expiryLag).addingTimeInterval(86_400), capacity: capacity)
+        }
+        let plan = SchedulePlan(
+            due: due, scheduled: scheduled, windowSeconds: rolling.window?.timeInterval, capacity: capacity, requestsPerAccount: perAccount,
+            budgetPerSecond: budgets, fullCycleSeconds: rolling.fullCycle.timeInterval, plannedAt: now)
+        summary.schedule = plan
+        logger.info("run.planned", metadata: [
+            "run.scheduled": "\(plan.totalScheduled)", "run.due": "\(plan.totalDue)", "run.left": "\(plan.leftForNextNight)",
+            "run.estimated_seconds": "\(Int(plan.estimatedSeconds))",
+        ])
+        planned?(plan)
+        return AccountSelection(kind: .scheduled(runId: summary.runId))
     }
 
     /// Writes how the run ended to its row, its report files, the metrics file and the log. Work
@@ -319,13 +355,13 @@ public final class ReconciliationRun: Sendable {
     /// bounded window while a writer commits batches, at most two waiting, so Apple's requests
     /// keep flowing while the database works.
     private func verifyAndPlan(
-        now: Date, rules: EntitlementRules, reader: ReconciliationStore, writer: ReconciliationStore, summary: RunSummary,
-        report: RunReportWriter, logger: Logger
+        now: Date, rules: EntitlementRules, reader: ReconciliationStore, writer: ReconciliationStore, selection: AccountSelection,
+        summary: RunSummary, report: RunReportWriter, logger: Logger
     ) async throws -> RunSummary {
         let batches = AsyncStream<[AccountResult]>.makeStream()
         let pendingBatches = ConcurrencyLimiter(limit: 2)
         // The total is only worth a query for a person watching a terminal.
-        let total = ProgressReporter.isTerminal ? try? await reader.countAccounts(selection: options.selection, now: now) : nil
+        let total = ProgressReporter.isTerminal ? try? await reader.countAccounts(selection: selection, now: now) : nil
         let progress = ProgressReporter(interval: options.progressInterval, total: total, logger: logger)
         let verifyReceipt = VerifyReceiptSource(client: client, options: options)
         let source: any AppleAccountSource
@@ -348,7 +384,7 @@ public final class ReconciliationRun: Sendable {
                                                    writer: writer, report: report, progress: progress, logger: logger)
             }
             do {
-                try await verifyAccounts(processor: processor, reader: reader, now: now, logger: logger) { batch in
+                try await verifyAccounts(processor: processor, reader: reader, selection: selection, now: now, logger: logger) { batch in
                     await pendingBatches.acquire()
                     batches.continuation.yield(batch)
                 }
@@ -366,7 +402,7 @@ public final class ReconciliationRun: Sendable {
     /// this one is verified (one read at a time on the reader connection), so Apple's requests
     /// never wait for the database.
     private func verifyAccounts(
-        processor: AccountProcessor, reader: ReconciliationStore, now: Date, logger: Logger,
+        processor: AccountProcessor, reader: ReconciliationStore, selection: AccountSelection, now: Date, logger: Logger,
         send: (_ batch: [AccountResult]) async -> Void
     ) async throws {
         // C waiting for Apple, and a quarter more decoding, planning or backing off, so a permit
@@ -379,7 +415,7 @@ public final class ReconciliationRun: Sendable {
             guard let cursor else { return nil }
             return try await Self.retryingLostConnections(logger: logger) {
                 try await reader.page(
-                    after: cursor, limit: options.pageSize, selection: options.selection, now: now,
+                    after: cursor, limit: options.pageSize, selection: selection, now: now,
                     maximumReceiptBytes: options.policy.maximumReceiptBytes)
             }
         }
@@ -395,7 +431,7 @@ public final class ReconciliationRun: Sendable {
             }
             var page = try await read(after: "")
             pages: while let current = page, !current.accounts.isEmpty, !shouldStop {
-                async let next = read(after: current.accounts.last)
+                async let next = read(after: current.cursor)
                 for accountId in current.accounts {
                     if shouldStop { break pages }
                     if inFlight >= window, let result = try await accounts.next() {

@@ -18,6 +18,10 @@ public struct RunOptions: Sendable {
     public var apiQuota = ServerAPIQuota.apple
     public var apiBudgetShare = 0.5
 
+    /// `run` through the App Store Server API: the accounts are taken by a plan that fits Apple's
+    /// budget (notified, at risk, then the full cycle), not all that are due at once.
+    public var rollingSchedule: RollingSchedule?
+
     /// The job's budget on the Server API: its share of the quota, split among the shards.
     public func apiBudget() -> ServerAPIBudget {
         ServerAPIBudget(quota: apiQuota, share: apiBudgetShare, shards: selection.shard?.count ?? 1)
@@ -102,5 +106,17 @@ extension RunOptions {
     /// What Apple's signed data must match in this run (contract section 9).
     public var signedDataConfiguration: SignedDataVerifier.Configuration {
         SignedDataVerifier.Configuration(trustedRoots: appleRootCertificates, bundleIds: bundleIds, appAppleId: appAppleId)
+    }
+}
+
+/// A rolling run's bounds: every account at least once per `fullCycle`; at most what `window`
+/// holds at the API budget tonight (nil: every due account).
+public struct RollingSchedule: Sendable {
+    public var fullCycle: Duration
+    public var window: Duration?
+
+    public init(fullCycle: Duration = .seconds(7 * 86_400), window: Duration? = nil) {
+        self.fullCycle = fullCycle
+        self.window = window
     }
 }

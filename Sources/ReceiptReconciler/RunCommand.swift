@@ -29,11 +29,31 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "Receipts verified more recently than this are not due.")
     var staleAfter = TimeLength(seconds: 20 * 3600)
 
+    @Option(help: ArgumentHelp(
+        "Through the App Store Server API (--source server-api or both): every account is verified at least once in this long; each night takes the accounts notifications made due, then those at risk, then the ones verified longest ago.",
+        valueName: "time"))
+    var fullCycle = TimeLength(seconds: 7 * 86_400)
+
+    @Option(help: ArgumentHelp(
+        "Through the App Store Server API: take only as many accounts as this much time holds at the API budget (e.g. 4h); the report says how many were left for the next night and when the full cycle completes. Default: every due account.",
+        valueName: "time"))
+    var window: TimeLength?
+
+    func validate() throws {
+        guard fullCycle.seconds >= 3600 else { throw ValidationError("--full-cycle must be at least 1h") }
+        if let window, window.seconds < 1 { throw ValidationError("--window must be at least 1s") }
+    }
+
     func run() async throws {
         let logger = logging.bootstrap()
         try await runReportingErrors(logger: logger) {
             var options = try run.runOptions(kind: .nightly, selection: .due(staleAfter: staleAfter.duration))
             options.readsNotificationHistory = true
+            if options.source == .serverAPI || options.crossCheck {
+                options.rollingSchedule = RollingSchedule(fullCycle: fullCycle.duration, window: window?.duration)
+            } else if window != nil {
+                throw ConfigurationError("--window plans by the App Store Server API's budget: it needs --source server-api or both (and the App Store Connect key)")
+            }
             try await executeRun(options, common: run, database: database, logger: logger)
         }
     }
@@ -150,8 +170,14 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
             endpoints: apiEndpoints, token: ServerAPIToken(credentials: credentials), sharing: client, policy: options.policy, logger: logger,
             budget: options.apiBudget())
     }
+    // A dry run prints the plan before anything is asked of Apple.
+    var printPlan: (@Sendable (SchedulePlan) -> Void)?
+    if options.isDryRun {
+        printPlan = { plan in FileHandle.standardOutput.write(Data((plan.lines.joined(separator: "\n") + "\n").utf8)) }
+    }
     let run = ReconciliationRun(
-        options: options, connections: connections, client: client, serverAPI: serverAPI, sharedSecret: secret, logger: logger)
+        options: options, connections: connections, client: client, serverAPI: serverAPI, sharedSecret: secret, logger: logger,
+        planned: printPlan)
 
     // SIGTERM and SIGINT: stop taking accounts, finish what is in flight, commit, end `interrupted`.
     let watcher = Task {

@@ -71,6 +71,12 @@ public enum RunReport {
         if let skipped = summary.accountsNotCrossChecked, skipped > 0 {
             lines.append("  not cross-checked (the other source failed): \(skipped)")
         }
+        if let plan = summary.schedule {
+            lines.append("  plan: \(plan.totalScheduled) of \(plan.totalDue) due accounts (notified \(plan.scheduled[.notified] ?? 0), "
+                + "at risk \(plan.scheduled[.atRisk] ?? 0), full cycle \(plan.scheduled[.cycle] ?? 0))"
+                + (plan.leftForNextNight > 0 ? "; \(plan.leftForNextNight) left for the next night"
+                    + (plan.fullCycleCompleteBy.map { ", the full cycle completes by \(Timestamp.day($0))" } ?? "") : ""))
+        }
         if let reads = summary.notificationHistory, !reads.isEmpty {
             lines.append("  notification history: " + reads.map { read in
                 "\(read.environment) \(read.received) listed, \(read.stored) new" + (read.complete ? "" : " (incomplete: read again next run)")
@@ -126,6 +132,12 @@ public enum RunReport {
             - Fresher receipts from Apple stored: \(summary.latestReceiptsStored); placeholders ignored: \(summary.latestReceiptsIgnored)
 
             """
+        if let plan = summary.schedule {
+            text += "\n## Tonight's plan (a rolling run within Apple's budget)\n\n```\n" + plan.lines.joined(separator: "\n") + "\n```\n\n"
+                + "Accounts are taken in this order: those a notification made due, those at risk (an expiry within the expiry lag "
+                + "and a day, grace period, billing retry, a refund the entitlement does not show yet), then those verified longest ago, "
+                + "so that each is verified at least once per full cycle.\n"
+        }
         if let reads = summary.notificationHistory, !reads.isEmpty {
             text += "\n## Notification history (Get Notification History, the delta feed)\n\n"
                 + "| environment | from | to | pages | listed | new | complete |\n|---|---|---|---|---|---|---|\n"

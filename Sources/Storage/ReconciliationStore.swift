@@ -52,6 +52,13 @@ public struct ReconciliationStore: Sendable {
                   AND iap.in_shard(account_id, \(shardIndex), \(shardCount))
                 GROUP BY account_id ORDER BY account_id LIMIT \(limit)
                 """)
+        case .scheduled(let runId):
+            // The cursor is a position in the plan, not an account id.
+            rows = try await connection.query("""
+                SELECT account_id FROM iap.run_schedule
+                WHERE run_id = \(runId) AND position > \(Int(after) ?? 0)
+                ORDER BY position LIMIT \(limit)
+                """)
         case .reverifyRequested:
             rows = try await connection.query("""
                 SELECT account_id FROM iap.app_receipts
@@ -82,6 +89,8 @@ public struct ReconciliationStore: Sendable {
         public var accounts: [String]
         public var receipts: [String: [StoredReceipt]]
         public var stored: [String: [Entitlement]]
+        /// Where the next page starts: the last account, or the last position of a plan.
+        public var cursor: String?
     }
 
     /// The next page after `after`, read from one snapshot: a purchase the app server commits
@@ -90,9 +99,11 @@ public struct ReconciliationStore: Sendable {
     public func page(after: String, limit: Int, selection: AccountSelection, now: Date, maximumReceiptBytes: Int = 8 << 20) async throws -> AccountPage {
         try await connection.withTransaction(.snapshotReadOnly) { _ in
             let accounts = try await self.accounts(after: after, limit: limit, selection: selection, now: now)
+            var cursor = accounts.last
+            if case .scheduled = selection.kind, !accounts.isEmpty { cursor = String((Int(after) ?? 0) + accounts.count) }
             return AccountPage(
                 accounts: accounts, receipts: try await receipts(of: accounts, maximumReceiptBytes: maximumReceiptBytes),
-                stored: try await entitlements(of: accounts))
+                stored: try await entitlements(of: accounts), cursor: cursor)
         }
     }
 
@@ -105,7 +116,7 @@ public struct ReconciliationStore: Sendable {
             let page = try await accounts(after: after, limit: 10_000, selection: selection, now: now)
             total += page.count
             guard let last = page.last, page.count == 10_000 else { return total }
-            after = last
+            if case .scheduled = selection.kind { after = String((Int(after) ?? 0) + page.count) } else { after = last }
         }
     }
 

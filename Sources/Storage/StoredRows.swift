@@ -250,6 +250,8 @@ public struct AccountSelection: Sendable {
         case backfill(accounts: [String], receiptIds: [Int64], since: Date?, until: Date?, products: [String], all: Bool)
         /// Accounts a server notification asked to re-verify (`backfill --notifications-only`).
         case reverifyRequested
+        /// The accounts this run planned (`iap.run_schedule`), in the plan's order.
+        case scheduled(runId: Int64)
     }
 
     public var kind: Kind
