@@ -370,11 +370,12 @@ extension DemoWorld {
     func writeAPIScenario(accounts: Int, to url: URL) throws {
         let blobs = try (0..<accounts).flatMap { try account($0).receipts.map(\.latestReceipt) }
         func original(_ kind: Kind) -> String { String(2_000_000_000_000 + Self.schedule.firstIndex(of: kind)! * 1000) }
-        var api: [String: Any] = [
-            "from_receipts": blobs,
-            "disagreements": [original(.renewedAgain): ["refund": true], original(.autoRenewOff): ["expires_shift_days": 3]],
-        ]
-        if accounts > Self.schedule.firstIndex(of: .consumables)! {
+        var api: [String: Any] = ["from_receipts": blobs]
+        // The bench profile's world is its own: no staged disagreement or notification.
+        if profile == .demo {
+            api["disagreements"] = [original(.renewedAgain): ["refund": true], original(.autoRenewOff): ["expires_shift_days": 3]]
+        }
+        if profile == .demo && accounts > Self.schedule.firstIndex(of: .consumables)! {
             let nowMs = Int64(now.timeIntervalSince1970 * 1000)
             let purchase = original(.consumables) + "1"
             api["notifications"] = [[
