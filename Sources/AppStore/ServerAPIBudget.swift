@@ -62,20 +62,14 @@ public final class ServerAPIBudget: Sendable {
         public var throttled = 0
     }
 
-    public let quota: ServerAPIQuota
-    public let share: Double
-    public let shards: Int
     private let buckets: [Key: TokenBucket]
     private let counts: Locked<[Key: (requests: Int, throttled: Int)]>
 
     public init(quota: ServerAPIQuota = .apple, share: Double = 0.5, shards: Int = 1) {
-        self.quota = quota
-        self.share = share
-        self.shards = max(1, shards)
         var buckets: [Key: TokenBucket] = [:]
         for endpoint in ServerAPIEndpoint.allCases {
             for environment in AppleEnvironment.allCases {
-                let rate = quota.rate(endpoint, environment) * share / Double(self.shards)
+                let rate = quota.rate(endpoint, environment) * share / Double(max(1, shards))
                 // A second's worth at once at most: Apple counts over the hour, the app server's
                 // calls arrive meanwhile, and a burst is what leaves them none.
                 buckets[Key(endpoint, environment)] = TokenBucket(rate: rate, burst: max(1, Int(rate)))

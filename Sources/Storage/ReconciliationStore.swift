@@ -99,12 +99,18 @@ public struct ReconciliationStore: Sendable {
     public func page(after: String, limit: Int, selection: AccountSelection, now: Date, maximumReceiptBytes: Int = 8 << 20) async throws -> AccountPage {
         try await connection.withTransaction(.snapshotReadOnly) { _ in
             let accounts = try await self.accounts(after: after, limit: limit, selection: selection, now: now)
-            var cursor = accounts.last
-            if case .scheduled = selection.kind, !accounts.isEmpty { cursor = String((Int(after) ?? 0) + accounts.count) }
             return AccountPage(
                 accounts: accounts, receipts: try await receipts(of: accounts, maximumReceiptBytes: maximumReceiptBytes),
-                stored: try await entitlements(of: accounts), cursor: cursor)
+                stored: try await entitlements(of: accounts), cursor: Self.cursor(after: after, page: accounts, selection: selection))
         }
+    }
+
+    /// Where the page after `page` starts: its last account, or for a plan the position of its
+    /// last account (positions are 1, 2, 3... in the plan's order); nil after an empty page.
+    static func cursor(after: String, page: [String], selection: AccountSelection) -> String? {
+        guard let last = page.last else { return nil }
+        if case .scheduled = selection.kind { return String((Int(after) ?? 0) + page.count) }
+        return last
     }
 
     /// How many accounts the selection holds now (for a progress display).
@@ -115,8 +121,8 @@ public struct ReconciliationStore: Sendable {
         while true {
             let page = try await accounts(after: after, limit: 10_000, selection: selection, now: now)
             total += page.count
-            guard let last = page.last, page.count == 10_000 else { return total }
-            if case .scheduled = selection.kind { after = String((Int(after) ?? 0) + page.count) } else { after = last }
+            guard page.count == 10_000, let next = Self.cursor(after: after, page: page, selection: selection) else { return total }
+            after = next
         }
     }
 
