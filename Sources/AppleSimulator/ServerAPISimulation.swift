@@ -85,8 +85,7 @@ extension AppleSimulator {
             return Self.apiError(404, 4040010, "Transaction id not found.")
         }
         if let retryAfter = apiTraffic.admit(kind == "history" ? "history" : "statuses", environment: endpoint) {
-            return .respond(status: 429, headers: ["Retry-After": String(retryAfter)],
-                            body: Self.json(["errorCode": 4290000, "errorMessage": "Rate limit exceeded."]))
+            return Self.rateLimited(retryAfter: retryAfter)
         }
         let attempt = known.faults.isEmpty ? 1 : attempts.withLock { counts in
             counts["api:\(kind):\(original)", default: 0] += 1
@@ -124,8 +123,7 @@ extension AppleSimulator {
             return Self.apiError(400, 4000017, "Invalid start date: at most 180 days back, before the end date.")
         }
         if let retryAfter = apiTraffic.admit("notification-history", environment: environment) {
-            return .respond(status: 429, headers: ["Retry-After": String(retryAfter)],
-                            body: Self.json(["errorCode": 4290000, "errorMessage": "Rate limit exceeded."]))
+            return Self.rateLimited(retryAfter: retryAfter)
         }
         let matching = apiNotifications.filter { $0.environment == environment && $0.signedDate >= start && $0.signedDate < end }
         let offset = token.flatMap { Int($0.dropFirst("n-".count)) } ?? 0
@@ -204,6 +202,11 @@ extension AppleSimulator {
         else { return false }
         let now = Int64(Date().timeIntervalSince1970)
         return expires > now && expires - issued <= 3600 && issued <= now + 60
+    }
+
+    /// Apple's 429 when the quota of an endpoint ran out: `Retry-After` in UNIX milliseconds.
+    static func rateLimited(retryAfter: Int64) -> SimulatedReply {
+        .respond(status: 429, headers: ["Retry-After": String(retryAfter)], body: json(["errorCode": 4290000, "errorMessage": "Rate limit exceeded."]))
     }
 
     static func apiError(_ status: Int, _ code: Int, _ message: String) -> SimulatedReply {
