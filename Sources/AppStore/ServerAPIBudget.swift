@@ -69,7 +69,7 @@ public final class ServerAPIBudget: Sendable {
         var buckets: [Key: TokenBucket] = [:]
         for endpoint in ServerAPIEndpoint.allCases {
             for environment in AppleEnvironment.allCases {
-                let rate = quota.rate(endpoint, environment) * share / Double(max(1, shards))
+                let rate = RequestRate.clamped(quota.rate(endpoint, environment) * share / Double(max(1, shards)))
                 // A second's worth at once at most: Apple counts over the hour, the app server's
                 // calls arrive meanwhile, and a burst is what leaves them none.
                 buckets[Key(endpoint, environment)] = TokenBucket(rate: rate, burst: max(1, Int(rate)))

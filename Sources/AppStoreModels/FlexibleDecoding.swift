@@ -91,13 +91,15 @@ struct AppleJSONValue: ~Escapable {
     /// A time from `<name>_ms` (milliseconds since 1970, string or number). When Apple left out
     /// the `_ms` field, the display field `<name>` is read instead if it holds milliseconds or
     /// `yyyy-MM-dd HH:mm:ss Etc/GMT` (legacy and hand-made answers do this).
-    static func date(milliseconds: borrowing AppleJSONValue?, display: borrowing AppleJSONValue?) throws -> Date? {
+    /// A time outside `Date.appleMilliseconds` is an error naming the field, for this answer only.
+    static func date(_ name: String, milliseconds: borrowing AppleJSONValue?, display: borrowing AppleJSONValue?) throws -> Date? {
         if let milliseconds = try milliseconds?.int64() {
-            return Date(milliseconds: milliseconds)
+            return try Date(appleMilliseconds: milliseconds, field: "\(name)_ms")
         }
         guard let display = try? display?.string(), !display.isEmpty else { return nil }
-        if let milliseconds = Int64(display) { return Date(milliseconds: milliseconds) }
-        return AppleDisplayDate.parse(display)
+        if let milliseconds = Int64(display) { return try Date(appleMilliseconds: milliseconds, field: name) }
+        guard let date = AppleDisplayDate.parse(display) else { return nil }
+        return try Date(appleMilliseconds: date.milliseconds, field: name)
     }
 
     /// Plain decimal digits (the usual `_ms` and id spellings) read straight from the bytes.
@@ -232,14 +234,28 @@ extension AppleJSONReader {
 }
 
 extension Date {
-    /// A time from Apple's `*_ms` value.
+    /// The times read from outside (Apple's answers and signed data, notification bodies, receipts):
+    /// 1970-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z. Apple counts from 1970 and has no
+    /// earlier date to send; past year 9999 no report, CSV or ISO 8601 reader has four digits for
+    /// the year. Anything outside is a forgery or a fault, refused where it is decoded.
+    public static let appleMilliseconds: ClosedRange<Int64> = 0...253_402_300_799_999
+
+    /// A time from Apple's `*_ms` value, or a format error naming `field` outside `appleMilliseconds`.
+    public init(appleMilliseconds milliseconds: Int64, field: String) throws {
+        guard Self.appleMilliseconds.contains(milliseconds) else {
+            throw AppleJSONError(description: "\(field): \(milliseconds) is not a date Apple can send (milliseconds since 1970, up to year 9999)")
+        }
+        self.init(milliseconds: milliseconds)
+    }
+
+    /// A time from a count of milliseconds this program made or has already range-checked.
     public init(milliseconds: Int64) {
         self.init(timeIntervalSince1970: Double(milliseconds) / 1_000)
     }
 
-    /// Milliseconds since 1970, as Apple counts.
+    /// Milliseconds since 1970, as Apple counts; saturated, never a trap (`Timestamp.saturating`).
     public var milliseconds: Int64 {
-        Int64((timeIntervalSince1970 * 1_000).rounded())
+        Timestamp.saturating(timeIntervalSince1970 * 1_000)
     }
 }
 

@@ -314,10 +314,10 @@ struct SignedFields {
         case .number(let number), .string(let number): text = number
         case .bool: throw AppleJSONError(description: "\(name): expected milliseconds since 1970")
         }
-        if let milliseconds = Int64(text) { return Date(milliseconds: milliseconds) }
+        if let milliseconds = Int64(text) { return try Date(appleMilliseconds: milliseconds, field: name) }
         guard let milliseconds = Double(text), milliseconds.isFinite, abs(milliseconds) < 1e15 else {
             throw AppleJSONError(description: "\(name): expected milliseconds since 1970")
         }
-        return Date(milliseconds: Int64(milliseconds.rounded(.down)))
+        return try Date(appleMilliseconds: Int64(milliseconds.rounded(.down)), field: name)
     }
 }

@@ -143,9 +143,9 @@ public struct Receipt: Sendable, Equatable {
         self.bundleId = try bundleId?.string() ?? bid?.string()
         self.applicationVersion = try applicationVersion?.string() ?? bvrs?.string()
         self.originalApplicationVersion = try originalApplicationVersion?.string()
-        receiptCreationDate = try AppleJSONValue.date(milliseconds: creationMs, display: creation)
-        requestDate = try AppleJSONValue.date(milliseconds: requestMs, display: request)
-        originalPurchaseDate = try AppleJSONValue.date(milliseconds: legacy.originalPurchaseDateMs, display: legacy.originalPurchaseDate)
+        receiptCreationDate = try AppleJSONValue.date("receipt_creation_date", milliseconds: creationMs, display: creation)
+        requestDate = try AppleJSONValue.date("request_date", milliseconds: requestMs, display: request)
+        originalPurchaseDate = try AppleJSONValue.date("original_purchase_date", milliseconds: legacy.originalPurchaseDateMs, display: legacy.originalPurchaseDate)
         self.appItemId = try appItemId?.string()
         if inApp.isEmpty, try legacy.transactionId?.string() != nil {
             self.inApp = [try Transaction(legacy)]
@@ -224,10 +224,10 @@ public struct Transaction: Sendable, Equatable {
         self.productId = productId
         originalTransactionId = try fields.originalTransactionId?.string()
         quantity = try fields.quantity?.int()
-        purchaseDate = try AppleJSONValue.date(milliseconds: fields.purchaseDateMs, display: fields.purchaseDate)
-        originalPurchaseDate = try AppleJSONValue.date(milliseconds: fields.originalPurchaseDateMs, display: fields.originalPurchaseDate)
-        expiresDate = try AppleJSONValue.date(milliseconds: fields.expiresDateMs, display: fields.expiresDate)
-        cancellationDate = try AppleJSONValue.date(milliseconds: fields.cancellationDateMs, display: fields.cancellationDate)
+        purchaseDate = try AppleJSONValue.date("purchase_date", milliseconds: fields.purchaseDateMs, display: fields.purchaseDate)
+        originalPurchaseDate = try AppleJSONValue.date("original_purchase_date", milliseconds: fields.originalPurchaseDateMs, display: fields.originalPurchaseDate)
+        expiresDate = try AppleJSONValue.date("expires_date", milliseconds: fields.expiresDateMs, display: fields.expiresDate)
+        cancellationDate = try AppleJSONValue.date("cancellation_date", milliseconds: fields.cancellationDateMs, display: fields.cancellationDate)
         cancellationReason = try fields.cancellationReason?.int()
         isUpgraded = try fields.isUpgraded?.bool()
         isTrialPeriod = try fields.isTrialPeriod?.bool()
@@ -373,7 +373,7 @@ public struct PendingRenewalInfo: Sendable, Equatable {
         self.autoRenewProductId = try autoRenewProductId?.string()
         self.autoRenewStatus = try autoRenewStatus?.bool()
         self.expirationIntent = try expirationIntent?.int()
-        gracePeriodExpiresDate = try AppleJSONValue.date(milliseconds: graceMs, display: grace)
+        gracePeriodExpiresDate = try AppleJSONValue.date("grace_period_expires_date", milliseconds: graceMs, display: grace)
         isInBillingRetryPeriod = try billingRetry?.bool()
         self.priceConsentStatus = try priceConsent?.int()
     }

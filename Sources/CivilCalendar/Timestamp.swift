@@ -24,9 +24,22 @@ public enum Timestamp {
         public static let missingZoneIsUTC = Leniency(rawValue: 2)
     }
 
-    /// Microseconds since 1970 of a date, rounded.
+    /// Microseconds since 1970 of a date, rounded; saturated at about ±146,000 years (NaN is 0), so
+    /// that no date, however it was made, traps on its way to text or to PostgreSQL.
     public static func microseconds(_ date: Date) -> Int64 {
-        Int64((date.timeIntervalSince1970 * 1_000_000).rounded())
+        saturating(date.timeIntervalSince1970 * 1_000_000)
+    }
+
+    /// The furthest a converted count may lie from 1970 (2^62): far past any real date, and far
+    /// enough from `Int64`'s ends that rounding and calendar arithmetic on it cannot overflow.
+    public static let saturationLimit: Int64 = 1 << 62
+
+    /// `value` rounded to a whole number within `±saturationLimit`; NaN is 0. Conversions from
+    /// `Double` to an integer trap when out of range: every one in this program goes through here.
+    public static func saturating(_ value: Double) -> Int64 {
+        guard !value.isNaN else { return 0 }
+        let limit = Double(saturationLimit)
+        return Int64(min(max(value.rounded(), -limit), limit))
     }
 
     public static func date(microseconds: Int64) -> Date {
@@ -47,6 +60,7 @@ public enum Timestamp {
     /// `format`, appended to `bytes` with no `String` in between (years 1 to 9999). Other years,
     /// which no column of this program holds, are written as PostgreSQL reads them (`BC`).
     public static func append(microseconds: Int64, _ precision: Precision, to bytes: inout [UInt8]) {
+        let microseconds = min(max(microseconds, -saturationLimit), saturationLimit)
         let digits = precision.rawValue
         let unit: Int64 = digits == 3 ? 1_000 : 1
         // Milliseconds are rounded, as people expect, not truncated.
@@ -182,7 +196,8 @@ extension Duration {
         Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
 
-    /// In whole milliseconds (the rest dropped), for arithmetic on millisecond clocks.
+    /// In whole milliseconds (the rest dropped), for arithmetic on millisecond clocks. Durations
+    /// here are made by this program (ten years at most), never read from outside.
     public var wholeMilliseconds: Int64 {
         components.seconds * 1_000 + components.attoseconds / 1_000_000_000_000_000
     }

@@ -6,6 +6,7 @@ import Jobs
 import Reconciliation
 import SignedData
 import Storage
+import Throttling
 
 /// A length of time on the command line: `20h`, `30m`, `90s`, `2d`, `500ms`, or plain seconds.
 struct TimeLength: ExpressibleByArgument, Sendable {
@@ -56,7 +57,7 @@ struct APIQuotaOverride: ExpressibleByArgument, Sendable {
 
     init?(argument: String) {
         let parts = argument.split(separator: "=", maxSplits: 1)
-        guard parts.count == 2, let rate = Double(parts[1]), rate.isFinite, rate > 0 else { return nil }
+        guard parts.count == 2, let rate = Double(parts[1]), RequestRate.range.contains(rate) else { return nil }
         let name = parts[0].split(separator: ".", maxSplits: 1)
         guard let endpoint = ServerAPIEndpoint(rawValue: String(name[0])) else { return nil }
         switch name.count == 2 ? String(name[1]) : "production" {
@@ -178,7 +179,9 @@ struct RunCommandOptions: ParsableArguments {
         guard concurrency >= 1 && concurrency <= 10_000 else { throw ValidationError("--concurrency must be between 1 and 10000") }
         guard maxAttempts >= 1 && maxAttempts <= 100 else { throw ValidationError("--max-attempts must be between 1 and 100") }
         guard (0...1).contains(maxRevokeRatio) else { throw ValidationError("--max-revoke-ratio must be between 0 and 1") }
-        if let rateLimit, rateLimit <= 0 { throw ValidationError("--rate-limit must be positive") }
+        if let rateLimit, !RequestRate.range.contains(rateLimit) {
+            throw ValidationError("--rate-limit must be between \(RequestRate.range.lowerBound) and \(Int(RequestRate.range.upperBound)) requests a second")
+        }
         guard apiBudgetShare > 0 && apiBudgetShare <= 1 else { throw ValidationError("--api-budget-share must be above 0 and at most 1") }
         if let notificationHistorySince {
             guard let since = parseTime(notificationHistorySince) else {

@@ -94,8 +94,10 @@ struct SignedDataInspection {
 
     /// Milliseconds since 1970 shown with their time as well.
     private static func display(key: String, _ value: Any) -> String {
-        if key.hasSuffix("Date"), let number = value as? NSNumber {
-            return "\(number) (\(Timestamp.format(Date(milliseconds: number.int64Value))))"
+        // The value is shown as sent; a date only when it is one Apple can send (a forged 9e18 is not).
+        if key.hasSuffix("Date"), let number = value as? NSNumber, let milliseconds = Int64(exactly: number.doubleValue.rounded(.down)),
+           Date.appleMilliseconds.contains(milliseconds) {
+            return "\(number) (\(Timestamp.format(Date(milliseconds: milliseconds))))"
         }
         return "\(value)"
     }

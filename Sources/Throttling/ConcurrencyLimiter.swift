@@ -74,7 +74,7 @@ public final class RateLimiter: Sendable {
     private let next: Locked<ContinuousClock.Instant>
 
     public init(requestsPerSecond: Double) {
-        interval = .nanoseconds(Int64(1_000_000_000 / max(requestsPerSecond, 0.001)))
+        interval = RequestRate.interval(requestsPerSecond)
         next = Locked(ContinuousClock.now)
     }
 

@@ -23,8 +23,8 @@ public final class TokenBucket: Sendable {
     private let state: Locked<State>
 
     public init(rate: Double, burst: Int = 1) {
-        self.rate = max(rate, 0.001)
-        interval = .nanoseconds(Int64(1_000_000_000 / self.rate))
+        self.rate = RequestRate.clamped(rate)
+        interval = RequestRate.interval(self.rate)
         tolerance = interval * max(0, burst - 1)
         state = Locked(State(theoretical: ContinuousClock.now))
     }

@@ -12,6 +12,10 @@ import TestSupport
         ["--notification-max-age", "-1"], ["--request-timeout", "0"], ["--request-timeout", "0ms"], ["--progress-interval", "0"],
         ["--concurrency", "0"], ["--api-budget-share", "0"], ["--api-budget-share", "1.5"], ["--api-quota", "history"],
         ["--api-quota", "nope=5"], ["--api-quota", "history.mars=5"], ["--api-quota", "history=-1"], ["--api-quota", "statuses=inf"],
+        // Issue 32: a rate past what an interval in nanoseconds can hold trapped once.
+        ["--rate-limit", "1e300"], ["--rate-limit", "nan"], ["--rate-limit", "inf"], ["--rate-limit", "0"],
+        ["--api-quota", "history=1e300"], ["--api-quota", "statuses.sandbox=nan"], ["--api-budget-share", "nan"],
+        ["--max-revoke-ratio", "nan"], ["--concurrency", "99999999999999999999"], ["--batch-size", "-1"],
     ]
 
     @Test(arguments: oddOptions)

@@ -26,7 +26,7 @@ import TestSupport
     static func body(
         _ type: String, subtype: String? = nil, uuid: String = UUID().uuidString.lowercased(), transaction: [String: Any]? = nil,
         bundleId: String = "com.example.app", environment: String = "Production", fault: SigningChain.Fault? = nil,
-        undated: Bool = false
+        undated: Bool = false, signedDate: Any? = nil
     ) throws -> String {
         var data: [String: Any] = ["bundleId": bundleId, "environment": environment, "appAppleId": appAppleId]
         if let transaction { data["transactionInfo"] = transaction }
@@ -34,6 +34,7 @@ import TestSupport
         if let subtype { spec["subtype"] = subtype }
         if let fault { spec["simulatorFault"] = fault.rawValue }
         if undated { spec["signedDate"] = NSNull() }  // signed with no signedDate, on the payload nor on its transaction
+        if let signedDate { spec["signedDate"] = signedDate }
         return try SignedNotifications(chain: chain).body(forSpec: Array(JSONSerialization.data(withJSONObject: spec)))
     }
 
@@ -138,6 +139,33 @@ import TestSupport
                 .map { try $0.decode("reason", as: String.self) }
             #expect(reason == ["jws_invalid: validity"])
             #expect(try await world.connection.query("SELECT * FROM iap.transactions ORDER BY transaction_id").map(\.values) == ledger)
+        }
+    }
+
+    /// A date no Apple can send (issue 32): a forged 9e18 `signedDate` once stopped every run at a
+    /// trap before the signature was checked. Now it is that notification's format error, and the
+    /// run goes on: the good refund beside it still reaches the ledger.
+    @Test(arguments: [
+        (signedDate: "9000000000000000000", fault: nil), (signedDate: "-9223372036854775808", fault: nil),
+        (signedDate: "253402300800000", fault: nil), (signedDate: "9000000000000000000", fault: SigningChain.Fault.tamperedPayload),
+    ] as [(signedDate: String, fault: SigningChain.Fault?)])
+    func aDateNoAppleCanSendIsThatNotificationsErrorNeverATrap(signedDate: String, fault: SigningChain.Fault?) async throws {
+        try await RunWorld.with("v2-hostile-date") { world in
+            try await Self.gamer(world)
+            _ = try await world.run(Self.options(world))
+            let hostile = try Self.body("REFUND", transaction: Self.consumable("91", world: world, revokedAt: world.nowMs),
+                                        fault: fault, signedDate: Int64(signedDate)!)
+            let refundedAt = world.nowMs - 60_000
+            _ = try await Self.ingest(world, [hostile, try Self.body("REFUND", transaction: Self.consumable("91", world: world, revokedAt: refundedAt))])
+            let (summary, _) = try await world.run(Self.options(world))
+            #expect(summary.notifications["v2 (unverified)"]?[.rejected] == 1)
+            #expect(summary.notifications["v2 REFUND"]?[.applied] == 1)
+            let reasons = try await world.connection.query("SELECT reason FROM iap.notifications WHERE outcome = 'rejected'")
+                .map { try $0.decode("reason", as: String.self) }
+            #expect(reasons.count == 1)
+            #expect(reasons.first?.hasPrefix("jws_invalid:") == true)
+            let cancelled = try await world.connection.query("SELECT cancellation_date FROM iap.transactions WHERE transaction_id = '91'")[0]
+            #expect(try cancelled.decode("cancellation_date", as: Date?.self) == Date(ms: refundedAt))
         }
     }
 
