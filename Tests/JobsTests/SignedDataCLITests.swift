@@ -100,3 +100,56 @@ import TestSupport
         }
     }
 }
+
+/// `inspect` on dates no Apple can send (issue 32): in signed transactions, renewal infos and
+/// notifications, validly signed or forged, each is a failed check and exit 1, never a trap.
+@Suite struct HostileDateInspectTests {
+    static let values = [
+        "9223372036854775807", "-9223372036854775808", "9000000000000000000", "253402300800000", "-62135596800001", "-1",
+        "1e300", "-1e300", "1.5e15", "\"9223372036854775808\"",
+    ]
+    static let transaction = #""transactionId":"1","originalTransactionId":"1","productId":"coins.100","bundleId":"com.example.app","environment":"Sandbox","purchaseDate":1700000000000,"signedDate":1700000000000"#
+    static let renewal = #""originalTransactionId":"1","productId":"pro","autoRenewProductId":"pro","environment":"Sandbox","autoRenewStatus":1,"signedDate":1700000000000"#
+
+    /// `fields` with `name` set to `value` (replaced where present, else added).
+    static func payload(_ fields: String, _ name: String, _ value: String) -> String {
+        let pattern = "\"\(name)\":1700000000000"
+        return "{" + (fields.contains(pattern) ? fields.replacingOccurrences(of: pattern, with: "\"\(name)\":\(value)") : fields + ",\"\(name)\":\(value)") + "}"
+    }
+
+    @Test func noDateTrapsInspect() async throws {
+        let chain = try SigningChain.create()
+        let directory = FileManager.default.temporaryDirectory.appending(path: "rr-hostile-dates-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let root = directory.appending(path: "root.der")
+        try Data(chain.root).write(to: root)
+        var inputs: [(name: String, text: String)] = []
+        for value in Self.values {
+            for fault in [nil, SigningChain.Fault.tamperedPayload] {
+                let tag = "\(value)-\(fault?.rawValue ?? "signed")"
+                for field in ["purchaseDate", "originalPurchaseDate", "expiresDate", "signedDate", "revocationDate"] {
+                    inputs.append(("transaction-\(field)-\(tag)", try chain.sign(Array(Self.payload(Self.transaction, field, value).utf8), fault: fault)))
+                }
+                for field in ["gracePeriodExpiresDate", "renewalDate", "recentSubscriptionStartDate", "signedDate"] {
+                    inputs.append(("renewal-\(field)-\(tag)", try chain.sign(Array(Self.payload(Self.renewal, field, value).utf8), fault: fault)))
+                }
+                let signedTransaction = try chain.sign(Array(Self.payload(Self.transaction, "expiresDate", value).utf8))
+                let notification = #"{"notificationType":"DID_RENEW","notificationUUID":"u","signedDate":\#(value),"data":{"bundleId":"com.example.app","environment":"Sandbox","signedTransactionInfo":"\#(signedTransaction)"}}"#
+                inputs.append(("notification-\(tag)", #"{"signedPayload":"\#(try chain.sign(Array(notification.utf8), fault: fault))"}"#))
+            }
+        }
+        var failures: [String] = []
+        for (name, text) in inputs {
+            let file = directory.appending(path: "input")
+            try text.write(to: file, atomically: true, encoding: .utf8)
+            let result = try await CLIProcess.run(
+                ["inspect", "--apple-root-certificate", root.path, "--bundle-id", "com.example.app", file.path], environment: SignedDataCLITests.bare)
+            if result.status != 1 || !result.stdout.contains("FAIL") || result.stderr.contains("Fatal error") {
+                failures.append("\(name): exit \(result.status) \(result.stderr.suffix(300))")
+            }
+        }
+        #expect(inputs.count == 200)
+        #expect(failures.isEmpty, "\(failures.prefix(5))")
+    }
+}
