@@ -182,8 +182,8 @@ public enum ReceiptDecoder {
             case 2: receipt.bundleId = try string(value)
             case 3: receipt.appVersion = try string(value)
             case 19: receipt.originalAppVersion = try string(value)
-            case 12: receipt.creationDate = try date(value)
-            case 21: receipt.expirationDate = try date(value)
+            case 12: receipt.creationDate = try date(value, field: "receipt_creation_date")
+            case 21: receipt.expirationDate = try date(value, field: "expiration_date")
             case 17: receipt.inAppPurchases.append(try inAppPurchase(value))
             default: continue
             }
@@ -195,19 +195,19 @@ public enum ReceiptDecoder {
         var purchase = AppReceipt.InAppPurchase()
         for (type, value) in try attributes(bytes) {
             switch type {
-            case 1701: purchase.quantity = try integer(value).map { Int($0) }
+            case 1701: purchase.quantity = try count(value, field: "quantity")
             case 1702: purchase.productId = try string(value)
             case 1703: purchase.transactionId = try string(value)
             case 1705: purchase.originalTransactionId = try string(value)
-            case 1704: purchase.purchaseDate = try date(value)
-            case 1706: purchase.originalPurchaseDate = try date(value)
-            case 1708: purchase.expiresDate = try date(value)
-            case 1712: purchase.cancellationDate = try date(value)
+            case 1704: purchase.purchaseDate = try date(value, field: "purchase_date")
+            case 1706: purchase.originalPurchaseDate = try date(value, field: "original_purchase_date")
+            case 1708: purchase.expiresDate = try date(value, field: "expires_date")
+            case 1712: purchase.cancellationDate = try date(value, field: "cancellation_date")
             case 1711: purchase.webOrderLineItemId = try integer(value)
             case 1713: purchase.isTrialPeriod = try integer(value).map { $0 != 0 }
             case 1719: purchase.isInIntroOfferPeriod = try integer(value).map { $0 != 0 }
             case 1721: purchase.promotionalOfferId = try string(value)
-            case 1707: purchase.productType = try integer(value).map { Int($0) }
+            case 1707: purchase.productType = try count(value, field: "product_type")
             default: continue
             }
         }
@@ -290,6 +290,13 @@ public enum ReceiptDecoder {
         return try integerNode(try BER.parse(value))
     }
 
+    /// A small number (a quantity, a type): one past `Int32` is refused, naming the field.
+    static func count(_ value: [UInt8], field: String) throws -> Int? {
+        guard let value = try integer(value) else { return nil }
+        guard let small = Int32(exactly: value) else { throw ReceiptDecodingError("\(field): \(value) is out of range") }
+        return Int(small)
+    }
+
     /// The value of an attribute that holds a DER-encoded UTF8String or IA5String.
     static func string(_ value: [UInt8]) throws -> String? {
         try string(value[...])
@@ -305,9 +312,12 @@ public enum ReceiptDecoder {
     }
 
     /// `2020-07-22T18:33:15Z` or with a `+hhmm` offset; an empty string means absent.
-    static func date(_ value: [UInt8]) throws -> Date? {
-        guard let text = try string(value), !text.isEmpty else { return nil }
-        return parseReceiptDate(text)
+    static func date(_ value: [UInt8], field: String) throws -> Date? {
+        guard let text = try string(value), !text.isEmpty, let date = parseReceiptDate(text) else { return nil }
+        guard Date.appleMilliseconds.contains(date.milliseconds) else {
+            throw ReceiptDecodingError("\(field): \(text) is not a date Apple can send (1970 to 9999)")
+        }
+        return date
     }
 
     /// `YYYY-MM-DDThh:mm:ss` then `Z`, `+hhmm` or `+hh:mm` (optionally with a fraction).

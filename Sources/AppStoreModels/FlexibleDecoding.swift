@@ -50,8 +50,12 @@ struct AppleJSONValue: ~Escapable {
         throw AppleJSONError(description: "expected an integer")
     }
 
+    /// A count or a code (quantity, cancellation_reason, status): Apple's are small, and one past
+    /// `Int32` is a forgery that sums and comparisons further in must never see.
     func int() throws -> Int? {
-        try int64().map { Int($0) }
+        guard let value = try int64() else { return nil }
+        guard let small = Int32(exactly: value) else { throw AppleJSONError(description: "\(value) is out of range for a count or a code") }
+        return Int(small)
     }
 
     /// A flag in any of Apple's spellings: true/false, "true"/"false", 1/0, "1"/"0".

@@ -47,4 +47,26 @@ import TestSupport
         let huge = try? VerifyReceiptResponse.decode(Array(#"{"status": 0, "latest_receipt_info": [{"transaction_id": 99999999999999999999999, "product_id": "p", "expires_date_ms": "1e30"}]}"#.utf8))
         #expect(huge == nil || huge?.latestReceiptInfo.first?.expiresDate == nil)
     }
+
+    /// Issue 32: a date outside 1970..9999 or a count past `Int32` is a format error that names the
+    /// field, for that answer only; it never reaches the rules, a report or PostgreSQL.
+    @Test(arguments: [
+        (#""expires_date_ms": "9000000000000000000""#, "expires_date_ms"),
+        (#""expires_date_ms": -1"#, "expires_date_ms"),
+        (#""purchase_date_ms": "253402300800000""#, "purchase_date_ms"),
+        (#""cancellation_date": "10000-01-01 00:00:00 Etc/GMT""#, nil),
+        (#""cancellation_date": "0000-12-31 00:00:00 Etc/GMT""#, "cancellation_date"),
+        (#""quantity": "4294967296""#, "out of range"),
+        (#""cancellation_reason": -9223372036854775808"#, "out of range"),
+    ] as [(String, String?)])
+    func aNumberPastWhatAppleSendsIsAnErrorNamingItsField(field: String, named: String?) throws {
+        let text = #"{"status": 0, "latest_receipt_info": [{"transaction_id": "1", "product_id": "p", \#(field)}]}"#
+        if let named {
+            let error = #expect(throws: (any Error).self) { try VerifyReceiptResponse.decode(Array(text.utf8)) }
+            #expect("\(error.map { "\($0)" } ?? "")".contains(named))
+        } else {
+            // Not a date at all (five digits of year): read as absent, as any unreadable display date.
+            #expect(try VerifyReceiptResponse.decode(Array(text.utf8)).latestReceiptInfo.first?.cancellationDate == nil)
+        }
+    }
 }
