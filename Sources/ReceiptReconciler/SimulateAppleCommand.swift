@@ -65,7 +65,8 @@ struct SimulateAppleServe: ParsableCommand {
     var exitWhenStdinCloses = false
 
     func validate() throws {
-        guard host.hasPrefix("127.") || host == "::1" else {
+        // An address literal it can bind: 127.x.y.z or ::1.
+        guard host != "localhost" && (AppleURL.isLoopback(host: host) || AppleURL.isLoopback(host: "[\(host)]")) else {
             throw ValidationError("--host must be a loopback address: the simulator is for local use only")
         }
     }

@@ -28,7 +28,58 @@ import TestSupport
 
     static let refusedURLs = [
         "http://example.com/verifyReceipt", "http://buy.itunes.apple.com/verifyReceipt", "ftp://127.0.0.1/x", "not a url",
+        // Issue 32: hosts that only start like loopback, userinfo and spellings libcurl may read otherwise.
+        "http://127.0.0.1.evil.example/verifyReceipt", "http://127.1.evil.example/verifyReceipt", "http://127.1/verifyReceipt",
+        "http://localhost.evil.example/x", "http://127.0.0.1@evil.example/x", "http://evil.example@127.0.0.1/x",
+        "http://user:pw@127.0.0.1/x", "http://evil.example#@127.0.0.1/x", "http://evil.example\\@127.0.0.1/x",
+        "http://0x7f.0.0.1/x", "http://0x7f000001/x", "http://2130706433/x", "http://0177.0.0.1/x", "http://127.0.0.256/x",
+        "http://[::ffff:127.0.0.1]/x", "http://[::2]/x", "http://[::1/x", "http://127.0.0.1%2eevil.example/x",
+        "http://127.0.0.1 .evil.example/x", "HTTP://evil.example/x", "http://127.0.0.1:99999/x", "http://:80/x", "http:///x",
+        "https://user@buy.itunes.apple.com/verifyReceipt", "http://[::1]evil/x", "http://10.0.0.1/x", "http://128.0.0.1/x",
     ]
+
+    static let loopbackURLs = [
+        "http://127.0.0.1:9/verifyReceipt", "http://127.255.0.9:9/x", "http://localhost:9/x", "http://LOCALHOST:9/x", "HTTP://127.0.0.1:9/x",
+        "http://[::1]:9/x", "http://[0:0:0:0:0:0:0:1]:9/x", "http://127.0.0.1/x?q=1#f", "https://buy.itunes.apple.com/verifyReceipt",
+    ]
+
+    /// Every Apple URL option: the two of verifyReceipt and the two of the App Store Server API.
+    static let urlVariables = ["APPLE_PRODUCTION_URL", "APPLE_SANDBOX_URL", "APPSTORE_API_URL", "APPSTORE_SANDBOX_API_URL"]
+
+    /// The environment of a run that reaches the URL checks of both sources, then fails on the database.
+    static var bothSources: [String: String] {
+        var environment = environment
+        environment["APPSTORE_ISSUER_ID"] = "issuer"
+        environment["APPSTORE_KEY_ID"] = "key"
+        environment["APPSTORE_BUNDLE_ID"] = "com.example"
+        environment["APPSTORE_PRIVATE_KEY_FILE"] = TestPaths.fixtures.appending(path: "asapi/apple-lib/swift/certs/testSigningKey.p8").path
+        return environment
+    }
+
+    @Test(arguments: urlVariables)
+    func everyAppleURLOptionIsLoopbackOrHTTPS(variable: String) async throws {
+        try await withThrowingTaskGroup(of: (String, Int32, String).self) { group in
+            for url in Self.refusedURLs + Self.loopbackURLs {
+                group.addTask {
+                    var environment = Self.bothSources
+                    environment[variable] = url
+                    let result = try await CLIProcess.run(["run", "--source", "both", "--log-format", "json"], environment: environment)
+                    return (url, result.status, result.stderr)
+                }
+            }
+            for try await (url, status, stderr) in group {
+                if Self.refusedURLs.contains(url) {
+                    #expect(status == 2, "\(variable)=\(url) was not refused: \(stderr.suffix(300))")
+                    #expect(stderr.contains("URL"), "\(variable)=\(url): \(stderr.suffix(300))")
+                } else {
+                    // Past the URL checks: it fails on the (unreachable) database instead.
+                    #expect(!stderr.contains(" URL "), "\(variable)=\(url) was refused: \(stderr.suffix(300))")
+                    #expect(stderr.contains("database"), "\(variable)=\(url): \(stderr.suffix(300))")
+                }
+                #expect(!stderr.contains("s3cret"))
+            }
+        }
+    }
 
     @Test(arguments: refusedURLs)
     func appleIsNeverAskedInClearButOnLoopback(url: String) async throws {
