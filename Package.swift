@@ -94,7 +94,7 @@ let package = Package(
         .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "CivilCalendar", "Hashing", "TestSupport"]),
         .testTarget(
             name: "JobsTests",
-            dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "CivilCalendar", "Reconciliation", "Postgres", "TestSupport", logging],
+            dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "CivilCalendar", "Reconciliation", "ReportOutput", "Postgres", "TestSupport", logging],
             exclude: ["Golden"]
         ),
     ]

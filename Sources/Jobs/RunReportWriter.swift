@@ -26,7 +26,8 @@ public final class RunReportWriter: @unchecked Sendable {
     init(directory: URL, crossCheck: Bool = false) throws {
         self.directory = directory
         do {
-            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            // A directory this run creates lets no one but its owner's group look in (0750).
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o750])
         } catch {
             throw ReportError(description: "cannot create the report directory \(directory.path): \(ReportFile.reason(error))")
         }

@@ -55,3 +55,25 @@ struct ConfigurationError: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
 }
+
+/// A secret kept in a file (the shared secret, the App Store Connect `.p8` key): read only when
+/// no one but its owner can read or write it, as ssh reads a private key. A key readable by the
+/// group or by everyone has leaked already, or will on the next backup; refusing it makes the
+/// operator fix the mode now rather than learn of the leak later.
+enum SecretFile {
+    static func read(_ path: String, what: String) throws -> String {
+        var status = stat()
+        guard stat(path, &status) == 0 else {
+            throw ConfigurationError("cannot read \(what) \(path): \(String(cString: strerror(errno)))")
+        }
+        let mode = status.st_mode & 0o777
+        guard mode & 0o077 == 0 else {
+            throw ConfigurationError(
+                "\(what) \(path) is open to group or others (mode \(String(mode, radix: 8))): refused. Run: chmod 600 \(path)")
+        }
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw ConfigurationError("cannot read \(what) \(path)")
+        }
+        return text
+    }
+}

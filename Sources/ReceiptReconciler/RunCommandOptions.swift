@@ -213,9 +213,7 @@ struct RunCommandOptions: ParsableArguments {
 
     func sharedSecret() throws -> String {
         if let sharedSecretFile {
-            guard let text = try? String(contentsOfFile: sharedSecretFile, encoding: .utf8) else {
-                throw ConfigurationError("cannot read the shared secret file \(sharedSecretFile)")
-            }
+            let text = try SecretFile.read(sharedSecretFile, what: "the shared secret file")
             let secret = text.trimmingCharacters(in: .whitespacesAndNewlines)
             guard !secret.isEmpty else { throw ConfigurationError("the shared secret file \(sharedSecretFile) is empty") }
             return secret
@@ -457,9 +455,7 @@ struct AppStoreConnectOptions: ParsableArguments {
         guard let bundleId = bundleIds.first else {
             throw ConfigurationError("the Server API needs the app's bundle id (APPSTORE_BUNDLE_ID or --bundle-id)")
         }
-        guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
-            throw ConfigurationError("cannot read the key file \(path)")
-        }
+        let pem = try SecretFile.read(path, what: "the key file")
         do {
             return try ServerAPICredentials(issuerId: issuer, keyId: keyId, bundleId: bundleId, privateKeyPEM: pem)
         } catch {

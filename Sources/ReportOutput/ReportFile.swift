@@ -1,7 +1,12 @@
 import Foundation
 
-/// A report or export file written aside as `.name.partial` and renamed into place (rename(2):
+/// A report or export file written aside as `.name.RANDOM.partial` and renamed into place (rename(2):
 /// atomic, replacing an older file of the same name) once whole and flushed to the disk.
+///
+/// Reports hold account ids and money: the partial file is created new (`O_CREAT | O_EXCL |
+/// O_NOFOLLOW`, so a symlink planted under its name is never followed into another file) with
+/// mode 0640 whatever the umask (no group write, no world access); rename(2) replaces a symlink
+/// at the final name rather than writing through it.
 /// Writes are buffered 64 KB at a time; every failure (a full disk) names the file the reader
 /// expects and the operating system's reason, and `commit` leaves no partial file when it fails.
 public final class ReportFile {
@@ -13,12 +18,18 @@ public final class ReportFile {
     /// Creates the partial file and writes `header` through at once, so a full disk shows now.
     public init(_ url: URL, header: String = "") throws {
         self.url = url
-        temporary = url.deletingLastPathComponent().appending(path: "." + url.lastPathComponent + ".partial")
-        guard FileManager.default.createFile(atPath: temporary.path, contents: nil) else {
+        let unique = String(UInt64.random(in: 0...UInt64.max), radix: 36)
+        temporary = url.deletingLastPathComponent().appending(path: ".\(url.lastPathComponent).\(unique).partial")
+        let descriptor = open(temporary.path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, Self.mode)
+        guard descriptor >= 0 else {
             throw ReportError(description: "cannot write \(url.path): \(String(cString: strerror(errno)))")
         }
+        handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
         do {
-            handle = try FileHandle(forWritingTo: temporary)
+            // The umask can only take bits away; an fchmod makes the mode exactly 0640.
+            guard fchmod(descriptor, Self.mode) == 0 else {
+                throw ReportError(description: "cannot write \(url.path): \(String(cString: strerror(errno)))")
+            }
             buffer = header
             try flush()
         } catch {
@@ -26,6 +37,9 @@ public final class ReportFile {
             throw error is ReportError ? error : failure(error)
         }
     }
+
+    /// Owner read and write, group read, nothing for others.
+    public static let mode: mode_t = 0o640
 
     public func write(_ text: String) throws {
         buffer += text

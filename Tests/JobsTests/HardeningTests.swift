@@ -47,21 +47,24 @@ import TestSupport
     static let urlVariables = ["APPLE_PRODUCTION_URL", "APPLE_SANDBOX_URL", "APPSTORE_API_URL", "APPSTORE_SANDBOX_API_URL"]
 
     /// The environment of a run that reaches the URL checks of both sources, then fails on the database.
-    static var bothSources: [String: String] {
+    static func bothSources() throws -> [String: String] {
         var environment = environment
         environment["APPSTORE_ISSUER_ID"] = "issuer"
         environment["APPSTORE_KEY_ID"] = "key"
         environment["APPSTORE_BUNDLE_ID"] = "com.example"
-        environment["APPSTORE_PRIVATE_KEY_FILE"] = TestPaths.fixtures.appending(path: "asapi/apple-lib/swift/certs/testSigningKey.p8").path
+        environment["APPSTORE_PRIVATE_KEY_FILE"] = try Fixtures.privateKey(
+            at: FileManager.default.temporaryDirectory.appending(path: "rr-hardening-\(UUID().uuidString).p8")).path
         return environment
     }
 
     @Test(arguments: urlVariables)
     func everyAppleURLOptionIsLoopbackOrHTTPS(variable: String) async throws {
+        let base = try Self.bothSources()
+        defer { try? FileManager.default.removeItem(atPath: base["APPSTORE_PRIVATE_KEY_FILE"]!) }
         try await withThrowingTaskGroup(of: (String, Int32, String).self) { group in
             for url in Self.refusedURLs + Self.loopbackURLs {
                 group.addTask {
-                    var environment = Self.bothSources
+                    var environment = base
                     environment[variable] = url
                     let result = try await CLIProcess.run(["run", "--source", "both", "--log-format", "json"], environment: environment)
                     return (url, result.status, result.stderr)
@@ -151,3 +154,38 @@ import TestSupport
         }
     }
 }
+
+/// Secrets at rest (issue 32): a key or shared-secret file that group or others can read is refused
+/// before anything connects, naming the file and the fix; report files never follow a symlink.
+@Suite struct SecretsAtRestTests {
+    @Test(arguments: [0o644, 0o640, 0o604, 0o620, 0o600, 0o400])
+    func aSecretFileOpenToOthersIsRefusedAsSshRefusesAKey(mode: Int) async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "rr-secret-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let secret = directory.appending(path: "shared-secret")
+        try "s3cret".write(to: secret, atomically: true, encoding: .utf8)
+        let key = try Fixtures.privateKey(at: directory.appending(path: "AuthKey.p8"))
+        var environment = try HardeningTests.bothSources()
+        defer { try? FileManager.default.removeItem(atPath: environment["APPSTORE_PRIVATE_KEY_FILE"]!) }
+        environment["APPLE_SHARED_SECRET"] = nil
+        environment["APPSTORE_PRIVATE_KEY_FILE"] = key.path
+        for file in [secret, key] {
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: secret.path)
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: key.path)
+            try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: file.path)
+            let result = try await CLIProcess.run(
+                ["run", "--source", "both", "--shared-secret-file", secret.path], environment: environment)
+            if mode & 0o077 != 0 {
+                #expect(result.status == 2, "\(file.lastPathComponent) \(String(mode, radix: 8)): \(result.stderr)")
+                #expect(result.stderr.contains(file.path) && result.stderr.contains("chmod 600 \(file.path)"), "\(result.stderr)")
+            } else {
+                // Accepted: the run goes on to the (unreachable) database.
+                #expect(!result.stderr.contains("chmod"), "\(result.stderr)")
+                #expect(result.stderr.contains("database"), "\(result.stderr)")
+            }
+            #expect(!result.stderr.contains("s3cret") && !result.stderr.contains("PRIVATE KEY"))
+        }
+    }
+}
+

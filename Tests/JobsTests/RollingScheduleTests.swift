@@ -117,7 +117,7 @@ import TestSupport
         try await RunWorld.with("rolling-cli", scenario: ["api": ["from_receipts": blobs]]) { world in
             try await ServerAPIKillTests.store(blobs, in: world)
             let key = FileManager.default.temporaryDirectory.appending(path: "rr-key-\(UUID().uuidString).p8")
-            try Fixtures.data("asapi/apple-lib/swift/certs/testSigningKey.p8").write(to: key)
+            try Fixtures.privateKey(at: key)
             defer { try? FileManager.default.removeItem(at: key) }
             let environment = ServerAPIKillTests.environment(world, key: key)
             let result = try await CLIProcess.run(

@@ -40,7 +40,7 @@ import TestSupport
         let blobs = Self.blobs(now: now)
         let api: [String: Any] = ["from_receipts": blobs]
         let key = FileManager.default.temporaryDirectory.appending(path: "rr-key-\(UUID().uuidString).p8")
-        try Fixtures.data("asapi/apple-lib/swift/certs/testSigningKey.p8").write(to: key)
+        try Fixtures.privateKey(at: key)
         defer { try? FileManager.default.removeItem(at: key) }
         // About 150 ms an exchange: each kill lands mid-run even on a slow, sanitized build.
         try await RunWorld.with("api-kill", now: now, scenario: ["api": api, "latency_ms": 150]) { killed in
@@ -91,7 +91,7 @@ import TestSupport
     @Test func a401ExitsWithStatus2() async throws {
         let key = FileManager.default.temporaryDirectory.appending(path: "rr-key-\(UUID().uuidString).p8")
         let pem = try Fixtures.data("asapi/apple-lib/swift/certs/testSigningKey.p8")
-        try pem.write(to: key)
+        try Fixtures.privateKey(at: key)
         defer { try? FileManager.default.removeItem(at: key) }
         try await RunWorld.with("api-401-cli", scenario: ["api": ["unauthorized": true]]) { world in
             try await OperationsTests.populate(world, count: 5)

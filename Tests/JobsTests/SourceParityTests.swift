@@ -27,7 +27,7 @@ import TestSupport
         let simulator = try SimulatorProcess(scenario: scenario)
         defer { simulator.stop() }
         let key = directory.appending(path: "AuthKey.p8")
-        try Fixtures.data("asapi/apple-lib/swift/certs/testSigningKey.p8").write(to: key)
+        try Fixtures.privateKey(at: key)
         try Data(simulator.signingRoot).write(to: directory.appending(path: "root.der"))
         var environment = base
         environment["APPLE_PRODUCTION_URL"] = simulator.productionURL

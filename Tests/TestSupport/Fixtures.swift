@@ -10,6 +10,15 @@ public enum Fixtures {
         Array(try data(path))
     }
 
+    /// The App Store Connect test key copied to `url` with mode 0600: the job refuses a key file
+    /// that group or others can read (contract section 11), and a clone checks it out 0644.
+    @discardableResult
+    public static func privateKey(at url: URL) throws -> URL {
+        try data("asapi/apple-lib/swift/certs/testSigningKey.p8").write(to: url)
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: url.path)
+        return url
+    }
+
     public static func files(in directory: String) throws -> [String] {
         try FileManager.default.contentsOfDirectory(atPath: TestPaths.fixtures.appending(path: directory).path).sorted()
     }
