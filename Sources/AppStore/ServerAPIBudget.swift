@@ -82,10 +82,19 @@ public final class ServerAPIBudget: Sendable {
     /// Requests a second the job allows itself on one endpoint.
     public func budget(_ key: Key) -> Double { buckets[key]?.rate ?? 0 }
 
-    /// Waits for a slot of the endpoint's budget, and past a pause Apple asked for; then counts the request.
+    /// Waits for a slot of the endpoint's budget, and past a pause Apple asked for.
     func acquire(_ key: Key) async {
         await buckets[key]?.acquire()
+    }
+
+    /// Counts a request that left for Apple (not one a pause or a stop held back).
+    func sent(_ key: Key) {
         counts.withLock { $0[key, default: (0, 0)].requests += 1 }
+    }
+
+    /// Whether a 429 holds the endpoint now: checked again just before a request leaves.
+    func isPaused(_ key: Key) -> Bool {
+        buckets[key]?.isPaused ?? false
     }
 
     /// Apple answered 429: counted, and the endpoint waits until `retryAfter` for every task (nil:

@@ -191,6 +191,11 @@ public final class ServerAPIClient: Sendable {
         /// HTTP 429: the app's quota on the endpoint ran out; the whole endpoint waits.
         case throttled(reason: String, retryAfter: Duration?)
         case final(Failure)
+        /// Not sent: a 429 paused the endpoint while this request waited for its permit; it waits
+        /// for the endpoint again, with no attempt spent.
+        case paused
+        /// Not sent: Apple said stop (`AppleStop`) while this request waited its turn.
+        case stopped(reason: String)
     }
 
     /// GET `path` of `endpoint` from the outcome's environment, attempt after attempt.
@@ -201,11 +206,18 @@ public final class ServerAPIClient: Sendable {
         var reason = "not attempted"
         for attempt in 1...policy.maximumAttempts {
             outcome.attempts += 1
-            await shared.stormGate.waitIfPaused()
-            if let rateLimiter = shared.rateLimiter { await rateLimiter.acquire() }
             let key = ServerAPIBudget.Key(endpoint, outcome.environment)
-            await budget?.acquire(key)
-            var verdict = await exchange(path, query: query, method: method, body: body, outcome: &outcome, mayHop: mayHop)
+            var verdict: Verdict
+            repeat {
+                await shared.stormGate.waitIfPaused()
+                if let rateLimiter = shared.rateLimiter { await rateLimiter.acquire() }
+                await budget?.acquire(key)
+                verdict = await exchange(path, query: query, method: method, body: body, key: key, outcome: &outcome, mayHop: mayHop)
+            } while verdict == .paused
+            if case .final(.unauthorized(let why)) = verdict {
+                // The key is wrong for every request: none still waiting may go.
+                shared.appleStop.stop(because: why)
+            }
             if case .throttled(let why, let retryAfter) = verdict {
                 // The app's quota, not this request: every task waits for the endpoint, then this one
                 // tries again. Not a transient failure for the storm gate, which would stop verifyReceipt too.
@@ -214,6 +226,8 @@ public final class ServerAPIClient: Sendable {
                 verdict = .retry(reason: why, retryAfter: retryAfter)
             } else if case .retry = verdict {
                 shared.stormGate.record(transientFailure: true)
+            } else if case .stopped(let why) = verdict {
+                return .failure(.deferred(reason: "not sent: \(why)"))
             } else {
                 shared.stormGate.record(transientFailure: false)
             }
@@ -221,7 +235,7 @@ public final class ServerAPIClient: Sendable {
             case .body(let body): return .body(body)
             case .hop: return .hop
             case .final(let failure): return .failure(failure)
-            case .throttled: preconditionFailure("handled above")
+            case .throttled, .paused, .stopped: preconditionFailure("handled above")
             case .retry(let why, let retryAfter):
                 reason = why
                 guard attempt < policy.maximumAttempts else { break }
@@ -241,10 +255,9 @@ public final class ServerAPIClient: Sendable {
     }
 
     private func exchange<Value>(
-        _ path: String, query: [(String, String)], method: String, body: [UInt8], outcome: inout Outcome<Value>, mayHop: Bool
+        _ path: String, query: [(String, String)], method: String, body: [UInt8], key: ServerAPIBudget.Key, outcome: inout Outcome<Value>,
+        mayHop: Bool
     ) async -> Verdict {
-        outcome.requests += 1
-        outcome.endpoints.append(outcome.environment)
         let authorization: String
         do {
             authorization = try token.authorization()
@@ -257,10 +270,14 @@ public final class ServerAPIClient: Sendable {
             headers: ["Authorization: " + authorization, "Accept: application/json"] + (body.isEmpty ? [] : ["Content-Type: application/json"]),
             body: body,
             connectTimeout: policy.connectTimeout, totalTimeout: policy.requestTimeout, maximumResponseBytes: policy.maximumResponseBytes)
-        let response: HTTPResponse
+        let sent: HTTPResponse?
         do {
-            response = try await shared.limiter.withPermit { try await shared.http.execute(request) }
+            // A 429 that came back while this request waited for its permit holds it too.
+            sent = try await shared.send(request) { budget?.isPaused(key) != true }
         } catch let error as HTTPError {
+            outcome.requests += 1
+            outcome.endpoints.append(outcome.environment)
+            budget?.sent(key)
             switch error.kind {
             case .timeout, .connectionFailed, .connectionLost, .other: return .retry(reason: error.description, retryAfter: nil)
             case .responseTooLarge, .tls, .cancelled: return .final(.failed(httpStatus: nil, errorCode: nil, reason: error.description))
@@ -268,6 +285,13 @@ public final class ServerAPIClient: Sendable {
         } catch {
             return .final(.failed(httpStatus: nil, errorCode: nil, reason: "\(error)"))
         }
+        guard let response = sent else {
+            if let reason = shared.appleStop.reason { return .stopped(reason: reason) }
+            return .paused
+        }
+        outcome.requests += 1
+        outcome.endpoints.append(outcome.environment)
+        budget?.sent(key)
         return Self.classify(response, environment: outcome.environment, mayHop: mayHop)
     }
 

@@ -40,6 +40,8 @@ public final class VerifyReceiptClient: Sendable {
     let rateLimiter: RateLimiter?
     /// Shared by all receipts: a storm of transient failures pauses everyone.
     public let stormGate: StormGate
+    /// Shared with the Server API client: once Apple said stop, nothing more is sent to Apple.
+    public let appleStop = AppleStop()
     private let logger: Logger
 
     /// - Parameters:
@@ -122,6 +124,9 @@ public final class VerifyReceiptClient: Sendable {
                 } catch {
                     return outcome  // cancelled: leave it deferred for the next run
                 }
+            case .stopped(let reason):
+                outcome.result = .deferred(reason: "not sent: \(reason)")
+                return outcome
             case .redirect:
                 preconditionFailure("redirects are resolved above")
             }
@@ -142,6 +147,8 @@ public final class VerifyReceiptClient: Sendable {
         case redirect(AppleEnvironment)
         case retry(reason: String, retryAfter: Duration?)
         case final(status: Int?, reason: String)
+        /// Not sent: Apple said stop (`AppleStop`) while this request waited its turn.
+        case stopped(reason: String)
     }
 
     /// One HTTP exchange with one host, classified.
@@ -158,17 +165,17 @@ public final class VerifyReceiptClient: Sendable {
     }
 
     private func classifiedExchange(_ body: [UInt8], environment: AppleEnvironment, outcome: inout VerificationOutcome) async -> Verdict {
-        outcome.requests += 1
-        outcome.endpoints.append(environment)
         let request = HTTPRequest(
             url: endpoints.url(environment), method: "POST",
             headers: ["Content-Type: application/json", "Accept: application/json"], body: body,
             connectTimeout: policy.connectTimeout, totalTimeout: policy.requestTimeout,
             maximumResponseBytes: policy.maximumResponseBytes)
-        let response: HTTPResponse
+        let sent: HTTPResponse?
         do {
-            response = try await limiter.withPermit { try await http.execute(request) }
+            sent = try await send(request)
         } catch let error as HTTPError {
+            outcome.requests += 1
+            outcome.endpoints.append(environment)
             outcome.finalStatus = nil
             switch error.kind {
             case .timeout, .connectionFailed, .connectionLost, .other:
@@ -179,8 +186,20 @@ public final class VerifyReceiptClient: Sendable {
         } catch {
             return .final(status: nil, reason: "\(error)")
         }
-
+        guard let response = sent else { return .stopped(reason: appleStop.reason ?? "Apple said stop") }
+        outcome.requests += 1
+        outcome.endpoints.append(environment)
         return Self.verdict(on: response, outcome: &outcome)
+    }
+
+    /// Sends `request` once it holds a concurrency permit, unless Apple said stop meanwhile (nil):
+    /// checked after the wait, just before the request leaves. `mayLeave` adds a caller's own
+    /// check at the same moment (the Server API's endpoint pause after a 429).
+    func send(_ request: HTTPRequest, mayLeave: () -> Bool = { true }) async throws -> HTTPResponse? {
+        try await limiter.withPermit {
+            guard appleStop.reason == nil, mayLeave() else { return nil }
+            return try await http.execute(request)
+        }
     }
 
     /// What Apple's HTTP answer means. Synchronous and not inlined, so that decoding the answer
@@ -197,6 +216,10 @@ public final class VerifyReceiptClient: Sendable {
         let answer: VerifyReceiptResponse
         do {
             answer = try VerifyReceiptResponse.decode(response.body)
+        } catch let error as AppleJSONError where error.outOfRangeField != nil {
+            // Well-formed, with a value no Apple sends: asking again gives the same answer.
+            outcome.finalStatus = nil
+            return .final(status: nil, reason: "Apple's answer holds a value out of range: \(error)")
         } catch {
             outcome.finalStatus = nil
             return .retry(reason: "Apple's answer is not valid JSON (\(response.body.count) bytes)", retryAfter: nil)

@@ -339,4 +339,17 @@ struct DocumentLifetime: ~Escapable {
 /// A malformed document, or a value of a type no spelling of Apple's explains.
 public struct AppleJSONError: Error, CustomStringConvertible {
     public var description: String
+    /// The field whose value is out of range (a date no Apple can send, a count past `Int32`), when
+    /// that is the error: the answer is well-formed and wrong, so asking again will not mend it.
+    public var outOfRangeField: String?
+
+    public init(description: String, outOfRangeField: String? = nil) {
+        self.description = description
+        self.outOfRangeField = outOfRangeField
+    }
+
+    /// `field`'s value is out of range: `why` says how.
+    static func outOfRange(_ field: String, _ why: String) -> AppleJSONError {
+        AppleJSONError(description: "\(field): \(why)", outOfRangeField: field)
+    }
 }

@@ -52,9 +52,9 @@ struct AppleJSONValue: ~Escapable {
 
     /// A count or a code (quantity, cancellation_reason, status): Apple's are small, and one past
     /// `Int32` is a forgery that sums and comparisons further in must never see.
-    func int() throws -> Int? {
+    func int(_ field: String) throws -> Int? {
         guard let value = try int64() else { return nil }
-        guard let small = Int32(exactly: value) else { throw AppleJSONError(description: "\(value) is out of range for a count or a code") }
+        guard let small = Int32(exactly: value) else { throw AppleJSONError.outOfRange(field, "\(value) is out of range for a count or a code") }
         return Int(small)
     }
 
@@ -247,7 +247,7 @@ extension Date {
     /// A time from Apple's `*_ms` value, or a format error naming `field` outside `appleMilliseconds`.
     public init(appleMilliseconds milliseconds: Int64, field: String) throws {
         guard Self.appleMilliseconds.contains(milliseconds) else {
-            throw AppleJSONError(description: "\(field): \(milliseconds) is not a date Apple can send (milliseconds since 1970, up to year 9999)")
+            throw AppleJSONError.outOfRange(field, "\(milliseconds) is not a date Apple can send (milliseconds since 1970, up to year 9999)")
         }
         self.init(milliseconds: milliseconds)
     }

@@ -72,7 +72,7 @@ extension SubscriptionStatusesResponse.LastTransaction {
         var status: Int?
         try reader.readObject { key, reader in
             if key == "originalTransactionId" { original = try reader.value().string() }
-            else if key == "status" { status = try reader.value().int() }
+            else if key == "status" { status = try reader.value().int("status") }
             else if key == "signedTransactionInfo" { transaction = try reader.value().string() }
             else if key == "signedRenewalInfo" { renewal = try reader.value().string() }
             else { try reader.skipValue() }
@@ -127,7 +127,7 @@ public struct ServerAPIError: Sendable, Equatable {
             var code: Int?
             var message: String?
             try reader.readObject { key, reader in
-                if key == "errorCode" { code = try reader.value().int() }
+                if key == "errorCode" { code = try reader.value().int("errorCode") }
                 else if key == "errorMessage" { message = try reader.value().string() }
                 else { try reader.skipValue() }
             }

@@ -72,7 +72,7 @@ public struct ServerNotification: Sendable {
         self.environment = try? environment?.string()
         self.autoRenewStatus = try? autoRenewStatus?.bool()
         self.autoRenewProductId = try? autoRenewProductId?.string()
-        self.expirationIntent = try? expirationIntent?.int()
+        self.expirationIntent = try? expirationIntent?.int("expiration_intent")
         self.bid = try? bid?.string()
         self.bvrs = try? bvrs?.string()
         self.originalTransactionId = try? originalTransactionId?.string()

@@ -288,7 +288,7 @@ struct SignedFields {
     func int(_ name: String) throws -> Int? {
         guard let value = try int64(name) else { return nil }
         guard let small = Int(exactly: value), abs(small) <= Int(Int32.max) else {
-            throw AppleJSONError(description: "\(name): out of range")
+            throw AppleJSONError.outOfRange(name, "\(value) is out of range for a count or a code")
         }
         return small
     }

@@ -80,10 +80,10 @@ public struct VerifyReceiptResponse: Sendable, Equatable {
             }
         }
         if lenient {
-            self.status = (try? status?.int()) ?? 0
+            self.status = (try? status?.int("status")) ?? 0
             self.environment = try? environment?.string()
         } else {
-            guard let status = try status?.int() else { throw AppleJSONError(description: "an answer without a status") }
+            guard let status = try status?.int("status") else { throw AppleJSONError(description: "an answer without a status") }
             self.status = status
             self.environment = try environment?.string()
             isRetryable = try retryable?.bool() ?? retryableUnderscore?.bool()
@@ -223,12 +223,12 @@ public struct Transaction: Sendable, Equatable {
         self.transactionId = transactionId
         self.productId = productId
         originalTransactionId = try fields.originalTransactionId?.string()
-        quantity = try fields.quantity?.int()
+        quantity = try fields.quantity?.int("quantity")
         purchaseDate = try AppleJSONValue.date("purchase_date", milliseconds: fields.purchaseDateMs, display: fields.purchaseDate)
         originalPurchaseDate = try AppleJSONValue.date("original_purchase_date", milliseconds: fields.originalPurchaseDateMs, display: fields.originalPurchaseDate)
         expiresDate = try AppleJSONValue.date("expires_date", milliseconds: fields.expiresDateMs, display: fields.expiresDate)
         cancellationDate = try AppleJSONValue.date("cancellation_date", milliseconds: fields.cancellationDateMs, display: fields.cancellationDate)
-        cancellationReason = try fields.cancellationReason?.int()
+        cancellationReason = try fields.cancellationReason?.int("cancellation_reason")
         isUpgraded = try fields.isUpgraded?.bool()
         isTrialPeriod = try fields.isTrialPeriod?.bool()
         isInIntroOfferPeriod = try fields.isInIntroOfferPeriod?.bool()
@@ -372,9 +372,9 @@ public struct PendingRenewalInfo: Sendable, Equatable {
         self.productId = try productId?.string()
         self.autoRenewProductId = try autoRenewProductId?.string()
         self.autoRenewStatus = try autoRenewStatus?.bool()
-        self.expirationIntent = try expirationIntent?.int()
+        self.expirationIntent = try expirationIntent?.int("expiration_intent")
         gracePeriodExpiresDate = try AppleJSONValue.date("grace_period_expires_date", milliseconds: graceMs, display: grace)
         isInBillingRetryPeriod = try billingRetry?.bool()
-        self.priceConsentStatus = try priceConsent?.int()
+        self.priceConsentStatus = try priceConsent?.int("price_consent_status")
     }
 }

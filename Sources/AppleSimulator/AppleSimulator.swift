@@ -63,6 +63,8 @@ public final class AppleSimulator: Sendable {
             return .respond(status: 200, body: Self.json([
                 "apple_requests": verifyRequests.withLock { $0 }, "connections": stats.connections,
                 "max_open_connections": stats.maximumOpenConnections, "max_in_flight": stats.maximumInFlight,
+                // Every HTTP request so far, this one included: what reached "Apple" on any path.
+                "http_requests": stats.requests,
             ]))
         }
         if method == "GET" && path == "/__api_stats" {

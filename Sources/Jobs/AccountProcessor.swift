@@ -38,7 +38,6 @@ struct AccountProcessor: Sendable {
     let diff: EntitlementDiff
     /// The run's clock: one `now` for every decision.
     let now: Date
-    let secretGuard: SharedSecretGuard
 
     /// The account's result; nil when the task was cancelled meanwhile (its answers may be
     /// cancelled requests, not Apple's word): nothing is written, and the account stays due.
@@ -65,7 +64,6 @@ struct AccountProcessor: Sendable {
             counts.receipts[outcome.receiptOutcome, default: 0] += 1
             counts.appleRequests += outcome.requests
             if let status = outcome.finalStatus { counts.appleStatuses[String(status), default: 0] += 1 }
-            secretGuard.note(outcome.finalStatus)
             if outcome.receiptOutcome == .verified {
                 // A source that verifies a whole account gives its facts once, with its first receipt.
                 if let facts = verification.facts { verified.append(facts) }
@@ -170,14 +168,17 @@ struct AccountProcessor: Sendable {
 }
 
 /// Many 21004 answers in a row mean the shared secret is wrong: the run stops (exit 2) instead
-/// of failing every receipt. Counted across the run's concurrent accounts.
+/// of failing every receipt. Counted across the run's concurrent accounts. Once tripped, it stops
+/// every request to Apple not yet sent (`AppleStop`), not only the accounts not yet started.
 final class SharedSecretGuard: Sendable {
     private let state = Locked((consecutive: 0, total: 0))
     /// Set when the App Store Server API refused the key (HTTP 401): the run stops at once.
     private let unauthorized = Locked<String?>(nil)
+    private let appleStop: AppleStop?
 
     func noteUnauthorized(_ reason: String) {
         unauthorized.withLock { $0 = $0 ?? reason }
+        appleStop?.stop(because: reason)
     }
 
     /// Why the API refused the key, once it did.
@@ -185,20 +186,23 @@ final class SharedSecretGuard: Sendable {
     /// Consecutive 21004 answers that stop the run.
     let limit: Int
 
-    init(limit: Int) {
+    init(limit: Int, appleStop: AppleStop? = nil) {
         self.limit = limit
+        self.appleStop = appleStop
     }
 
     func note(_ status: Int?) {
         guard let status else { return }
-        state.withLock { state in
+        let tripped = state.withLock { state in
             if status == 21004 {
                 state.consecutive += 1
                 state.total += 1
             } else {
                 state.consecutive = 0
             }
+            return state.consecutive >= limit ? state.total : nil
         }
+        if let tripped { appleStop?.stop(because: SharedSecretRejected(count: tripped).description) }
     }
 
     /// True once the limit is reached in a row; or when a small run saw nothing but 21004 (three at least).

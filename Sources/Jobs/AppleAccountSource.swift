@@ -32,6 +32,9 @@ struct ReceiptVerification: Sendable {
 struct VerifyReceiptSource: AppleAccountSource {
     let client: VerifyReceiptClient
     let options: RunOptions
+    /// Told each answer's status as it comes, not when the account is done: its 21004 stop holds
+    /// the account's other receipts too.
+    let secretGuard: SharedSecretGuard
     var source: AppleSource { .verifyReceipt }
 
     func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts) async -> [ReceiptVerification] {
@@ -46,6 +49,7 @@ struct VerifyReceiptSource: AppleAccountSource {
             }
             let local = Self.localDecode(receipt)
             let outcome = await verify(receipt, local: local, accountId: work.accountId, counts: &counts)
+            secretGuard.note(outcome.finalStatus)
             verifications.append(Self.verification(of: receipt, local: local, outcome: outcome))
         }
         return verifications

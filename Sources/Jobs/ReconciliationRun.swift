@@ -76,7 +76,7 @@ public final class ReconciliationRun: Sendable {
         self.connections = connections
         self.client = client
         self.logger = logger
-        secretGuard = SharedSecretGuard(limit: sharedSecretRejectionLimit)
+        secretGuard = SharedSecretGuard(limit: sharedSecretRejectionLimit, appleStop: client.appleStop)
     }
 
     /// Asks the run to stop taking new accounts; in-flight work is finished and committed.
@@ -363,7 +363,7 @@ public final class ReconciliationRun: Sendable {
         // The total is only worth a query for a person watching a terminal.
         let total = ProgressReporter.isTerminal ? try? await reader.countAccounts(selection: selection, now: now) : nil
         let progress = ProgressReporter(interval: options.progressInterval, total: total, logger: logger)
-        let verifyReceipt = VerifyReceiptSource(client: client, options: options)
+        let verifyReceipt = VerifyReceiptSource(client: client, options: options, secretGuard: secretGuard)
         let source: any AppleAccountSource
         if let serverAPI, options.source == .serverAPI || options.crossCheck {
             let signed = ServerAPISource(
@@ -376,7 +376,7 @@ public final class ReconciliationRun: Sendable {
             source = verifyReceipt
         }
         let processor = AccountProcessor(source: source, options: options, rules: rules,
-                                         diff: EntitlementDiff(expiryLag: options.expiryLag.timeInterval), now: now, secretGuard: secretGuard)
+                                         diff: EntitlementDiff(expiryLag: options.expiryLag.timeInterval), now: now)
         return try await withThrowingTaskGroup(of: RunSummary.self) { group in
             group.addTask {
                 defer { pendingBatches.close() }  // a writer that ended early never leaves the producer waiting

@@ -61,6 +61,12 @@ public final class TokenBucket: Sendable {
         }
     }
 
+    /// Whether a pause holds the bucket now.
+    public var isPaused: Bool {
+        let now = ContinuousClock.now
+        return state.withLock { ($0.pausedUntil ?? now) > now }
+    }
+
     /// Pauses that held the bucket.
     public var pauses: Int { state.withLock { $0.pauses } }
 }

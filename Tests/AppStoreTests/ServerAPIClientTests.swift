@@ -99,6 +99,78 @@ import Throttling
         #expect(outcome.attempts == 1)  // never retried
     }
 
+    /// `count` chains of one subscription each, ids 2000000000000100 and on.
+    static func chains(_ count: Int) -> [String: [String: Any]] {
+        Dictionary(uniqueKeysWithValues: (0..<count).map { index in
+            let id = String(2_000_000_000_000_100 + index)
+            return (id, ["environment": "Production", "transactions": Self.transactions(1, original: id)] as [String: Any])
+        })
+    }
+
+    /// Issue 32: a 429 holds every request not yet sent, also those that already hold a budget
+    /// token and wait for a concurrency permit: the pause is checked again just before a request
+    /// leaves. 24 histories at once through 4 permits, with tokens for all (a budget of 500 a
+    /// second); Apple allows 4 a 3-second window and answers in 100 ms. What reaches Apple after
+    /// the first 429 and before its Retry-After is what was already on the wire: the other 3 in
+    /// flight, and at most one more sent in the instant before the client read the 429. Without
+    /// the check, the 20 tasks holding tokens went out one after another.
+    @Test func a429HoldsEveryRequestNotYetSentUntilRetryAfter() async throws {
+        let concurrency = 4
+        let simulator = try SimulatorProcess(
+            scenario: ["api": ["chains": Self.chains(24)], "api_quota": ["window_seconds": 3, "production": ["history": 1.5]], "latency_ms": 100],
+            arguments: ["--signing-dir", Self.signingDirectory.path])
+        let verifyReceipt = VerifyReceiptClient(
+            endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: nil, policy: Self.policy,
+            concurrency: concurrency, logger: .quiet)
+        defer { verifyReceipt.shutdown(); simulator.stop() }
+        var policy = Self.policy
+        policy.maximumAttempts = 20
+        let client = ServerAPIClient(
+            endpoints: .init(production: simulator.apiURL, sandbox: simulator.sandboxAPIURL), token: ServerAPIToken(credentials: try Self.credentials()),
+            sharing: verifyReceipt, policy: policy, logger: .quiet,
+            budget: ServerAPIBudget(quota: ServerAPIQuota(production: [.history: 1000], sandbox: [:]), share: 0.5))
+        let verified = await withTaskGroup(of: Bool.self) { group in
+            for id in Self.chains(24).keys {
+                group.addTask { (try? await client.transactionHistory(originalTransactionId: id).result.get().count) == 1 }
+            }
+            return await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+        }
+        #expect(verified == 24)
+        let history = try #require(try await simulator.apiStatistics()["history/Production"])
+        let firstRefusal = try #require(history.throttledAt.min(), "the quota must have been hit for the test to mean anything")
+        // The window the first 429 fell in ends where its Retry-After pointed.
+        let windowEnd = (history.arrivals + history.throttledAt).filter { $0 > firstRefusal + 1_000 }.min() ?? Int64.max
+        let meanwhile = (history.arrivals + history.throttledAt).filter { $0 > firstRefusal && $0 < windowEnd }
+        #expect(meanwhile.count <= concurrency, "sent after the first 429 at \(firstRefusal): \(meanwhile.sorted())")
+        #expect(client.budget?.usage[ServerAPIBudget.Key(.history, .production)]?.requests == history.requests + history.throttled)
+    }
+
+    /// Issue 32: a 401 means the key is wrong for every request; none still waiting for a permit
+    /// is sent. 24 calls at once through 4 permits: Apple sees the 4 on the wire, not 24.
+    @Test func a401CancelsEveryRequestNotYetSent() async throws {
+        let simulator = try SimulatorProcess(
+            scenario: ["api": ["chains": Self.chains(24), "unauthorized": true], "latency_ms": 100],
+            arguments: ["--signing-dir", Self.signingDirectory.path])
+        let verifyReceipt = VerifyReceiptClient(
+            endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: nil, policy: Self.policy,
+            concurrency: 4, logger: .quiet)
+        defer { verifyReceipt.shutdown(); simulator.stop() }
+        let client = ServerAPIClient(
+            endpoints: .init(production: simulator.apiURL, sandbox: simulator.sandboxAPIURL), token: ServerAPIToken(credentials: try Self.credentials()),
+            sharing: verifyReceipt, policy: Self.policy, logger: .quiet)
+        let outcomes = await withTaskGroup(of: ServerAPIClient.Outcome<[String]>.self) { group in
+            for id in Self.chains(24).keys { group.addTask { await client.transactionHistory(originalTransactionId: id) } }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        let unauthorized = outcomes.filter { if case .failure(.unauthorized) = $0.result { true } else { false } }
+        let notSent = outcomes.filter { if case .failure(.deferred(let reason)) = $0.result { reason.hasPrefix("not sent:") } else { false } }
+        let sent = try await simulator.statistics()["http_requests"].map { $0 - 1 }  // less the statistics request itself
+        #expect(sent == outcomes.map(\.requests).reduce(0, +))
+        #expect((1...5).contains(sent ?? 0), "\(sent ?? 0) requests reached Apple after the key was refused")
+        #expect(unauthorized.count == sent && unauthorized.count + notSent.count == 24)
+        #expect(verifyReceipt.appleStop.reason?.contains("APPSTORE_KEY_ID") == true)
+    }
+
     @Test func otherClientErrorsAreFinalWithApplesCode() async throws {
         let (simulator, client, shared) = try Self.world(["2000000000000001": [
             "transactions": Self.transactions(1), "faults": [["http": 400, "error_code": 4000006]],
