@@ -1,4 +1,5 @@
 import AppStoreModels
+import CommandLineValues
 import ArgumentParser
 import CivilCalendar
 import Foundation
@@ -41,14 +42,14 @@ struct ExplainCommand: AsyncParsableCommand {
     var expiryLag = TimeLength(seconds: 3600)
 
     func validate() throws {
-        if let asOf, parseTime(asOf) == nil { throw ValidationError("--as-of: not an ISO 8601 date or time: \(asOf)") }
+        if let asOf, CommandLineTime.parse(asOf) == nil { throw ValidationError("--as-of: not an ISO 8601 date or time: \(asOf)") }
     }
 
     func run() async throws {
         let logger = logging.bootstrap()
         try await runReportingErrors(logger: logger) {
             let connection = try await PostgresConnection.connect(try database.connectionString())
-            let now = asOf.flatMap(parseTime) ?? Date()
+            let now = asOf.flatMap(CommandLineTime.parse) ?? Date()
             let evidence = try await EvidenceStore(connection: connection).evidence(of: account)
             let catalog = try await ReconciliationStore(connection: connection).catalog()
             await connection.close()

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineValues
 import Foundation
 import Postgres
 import Reconciliation
@@ -40,12 +41,14 @@ struct ExportFinanceCommand: AsyncParsableCommand {
     var rawCells = false
 
     func validate() throws {
-        guard let start = parseTime(from) else { throw ValidationError("--from: not an ISO 8601 date or time: \(from)") }
-        guard let end = parseTime(to) else { throw ValidationError("--to: not an ISO 8601 date or time: \(to)") }
+        guard let start = CommandLineTime.parse(from) else { throw ValidationError("--from: not an ISO 8601 date or time: \(from)") }
+        guard let end = CommandLineTime.parse(to) else { throw ValidationError("--to: not an ISO 8601 date or time: \(to)") }
         guard start < end else { throw ValidationError("--from must be before --to") }
     }
 
     func run() async throws {
+        // Checked by `validate()`, which ran first.
+        guard let start = CommandLineTime.parse(from), let end = CommandLineTime.parse(to) else { throw ExitStatus.configuration }
         let logger = logging.bootstrap()
         try await runReportingErrors(logger: logger) {
             let connection = try await PostgresConnection.connect(try database.connectionString())
@@ -53,7 +56,7 @@ struct ExportFinanceCommand: AsyncParsableCommand {
             do {
                 try sink.write(CSV.row(FinanceReport.columns))
                 let rows = try await FinanceLedger.forEachEvent(
-                    connection: connection, from: parseTime(from)!, to: parseTime(to)!, includeSandbox: includeSandbox
+                    connection: connection, from: start, to: end, includeSandbox: includeSandbox
                 ) { event in
                     try sink.write(CSV.row(FinanceReport.fields(event), formulaSafe: !rawCells))
                 }

@@ -1,4 +1,5 @@
 import AppStore
+import CommandLineValues
 import CivilCalendar
 import ArgumentParser
 import Dispatch
@@ -106,15 +107,15 @@ struct BackfillCommand: AsyncParsableCommand {
         if !all && accounts.isEmpty && receiptIds.isEmpty && since == nil && until == nil && products.isEmpty {
             throw ValidationError("say which accounts: --account, --receipt-id, --since/--until, --product, or --all")
         }
-        if let since, parseTime(since) == nil { throw ValidationError("--since: not an ISO 8601 date or time: \(since)") }
-        if let until, parseTime(until) == nil { throw ValidationError("--until: not an ISO 8601 date or time: \(until)") }
+        if let since, CommandLineTime.parse(since) == nil { throw ValidationError("--since: not an ISO 8601 date or time: \(since)") }
+        if let until, CommandLineTime.parse(until) == nil { throw ValidationError("--until: not an ISO 8601 date or time: \(until)") }
     }
 
     func run() async throws {
         let logger = logging.bootstrap()
         try await runReportingErrors(logger: logger) {
             let selection: AccountSelection.Kind = notificationsOnly ? .reverifyRequested : .backfill(
-                accounts: accounts, receiptIds: receiptIds, since: since.flatMap(parseTime), until: until.flatMap(parseTime),
+                accounts: accounts, receiptIds: receiptIds, since: since.flatMap(CommandLineTime.parse), until: until.flatMap(CommandLineTime.parse),
                 products: products, all: all)
             var options = try run.runOptions(kind: .backfill, selection: selection)
             options.readsNotificationHistory = notificationsOnly
@@ -124,9 +125,6 @@ struct BackfillCommand: AsyncParsableCommand {
 }
 
 /// `2026-11-01`, `2026-11-01T10:00:00Z`, or with a fraction or offset; dates are UTC midnight.
-func parseTime(_ text: String) -> Date? {
-    Timestamp.parse(text.count == 10 ? text + "T00:00:00Z" : text)
-}
 
 /// Raises the soft limit on open files to the hard one: a run at --concurrency 1000 holds a
 /// socket per request in flight, past the common default of 1024.

@@ -1,4 +1,5 @@
 import AppStore
+import CommandLineValues
 import AppStoreModels
 import ArgumentParser
 import Foundation
@@ -8,82 +9,9 @@ import SignedData
 import Storage
 import Throttling
 
-/// A length of time on the command line: `20h`, `30m`, `90s`, `2d`, `500ms`, or plain seconds.
-struct TimeLength: ExpressibleByArgument, Sendable {
-    var seconds: TimeInterval
-
-    init(seconds: TimeInterval) { self.seconds = seconds }
-
-    /// Ten years: longer is no time a nightly job means, and past it `Duration` arithmetic could trap.
-    static let maximumSeconds: TimeInterval = 3650 * 86_400
-
-    init?(argument: String) {
-        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86_400)]
-        var scale = 1.0
-        var number = Substring(argument)
-        if let (suffix, unit) = units.first(where: { argument.hasSuffix($0.0) }) {
-            number = number.dropLast(suffix.count)
-            scale = unit
-        }
-        // "inf", "nan" and 1e300 parse as Doubles: refused here, never a trap later.
-        guard let value = Double(number), value.isFinite, value >= 0, value * scale <= Self.maximumSeconds else { return nil }
-        seconds = value * scale
-    }
-
-
-    var duration: Duration { .milliseconds(Int64(seconds * 1000)) }
-
-    /// `--help` shows a default as the user would type it (`1h`, `20h`, `7d`), not as a struct.
-    var defaultValueDescription: String { Self.text(seconds: seconds) }
-
-    /// The largest unit that states the length exactly; `1.5s`, `250ms` where none does.
-    static func text(seconds: TimeInterval) -> String {
-        if seconds == 0 { return "0s" }
-        for (suffix, unit) in [("d", 86_400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0)]
-        where seconds >= unit && seconds.truncatingRemainder(dividingBy: unit) == 0 {
-            return "\(Int(seconds / unit))\(suffix)"
-        }
-        let milliseconds = seconds * 1000
-        if milliseconds == milliseconds.rounded() { return "\(Int(milliseconds))ms" }
-        return "\(seconds)s"
-    }
-}
-
-/// `history=100` or `statuses.sandbox=10`: Apple's quota on one endpoint of the App Store Server API.
-struct APIQuotaOverride: ExpressibleByArgument, Sendable {
-    var endpoint: ServerAPIEndpoint
-    var environment: AppleEnvironment
-    var rate: Double
-
-    init?(argument: String) {
-        let parts = argument.split(separator: "=", maxSplits: 1)
-        guard parts.count == 2, let rate = Double(parts[1]), RequestRate.range.contains(rate) else { return nil }
-        let name = parts[0].split(separator: ".", maxSplits: 1)
-        guard let endpoint = ServerAPIEndpoint(rawValue: String(name[0])) else { return nil }
-        switch name.count == 2 ? String(name[1]) : "production" {
-        case "production": environment = .production
-        case "sandbox": environment = .sandbox
-        default: return nil
-        }
-        self.endpoint = endpoint
-        self.rate = rate
-    }
-}
-
-/// `K/N`: shard K (0-based) of N.
-struct Shard: ExpressibleByArgument, Sendable {
-    var index: Int
-    var count: Int
-
-    init?(argument: String) {
-        let parts = argument.split(separator: "/")
-        guard parts.count == 2, let index = Int(parts[0]), let count = Int(parts[1]), count > 0, (0..<count).contains(index) else {
-            return nil
-        }
-        self.index = index
-        self.count = count
-    }
-}
+extension TimeLength: ExpressibleByArgument {}
+extension APIQuotaOverride: ExpressibleByArgument {}
+extension Shard: ExpressibleByArgument {}
 
 extension SandboxPolicy: ExpressibleByArgument {}
 
@@ -184,7 +112,7 @@ struct RunCommandOptions: ParsableArguments {
         }
         guard apiBudgetShare > 0 && apiBudgetShare <= 1 else { throw ValidationError("--api-budget-share must be above 0 and at most 1") }
         if let notificationHistorySince {
-            guard let since = parseTime(notificationHistorySince) else {
+            guard let since = CommandLineTime.parse(notificationHistorySince) else {
                 throw ValidationError("--notification-history-since: not an ISO 8601 date or time: \(notificationHistorySince)")
             }
             guard since > Date().addingTimeInterval(-180 * 86_400), since < Date() else {
@@ -206,8 +134,8 @@ struct RunCommandOptions: ParsableArguments {
                 ?? VerifyReceiptClient.Endpoints.apple.production,
             sandbox: appleSandboxURL ?? environment["APPLE_SANDBOX_URL"].flatMap { $0.isEmpty ? nil : $0 }
                 ?? VerifyReceiptClient.Endpoints.apple.sandbox)
-        try AppleURL.check(endpoints.production, name: "the production URL (--apple-production-url, APPLE_PRODUCTION_URL)")
-        try AppleURL.check(endpoints.sandbox, name: "the sandbox URL (--apple-sandbox-url, APPLE_SANDBOX_URL)")
+        try AppleURL.require(endpoints.production, name: "the production URL (--apple-production-url, APPLE_PRODUCTION_URL)")
+        try AppleURL.require(endpoints.sandbox, name: "the sandbox URL (--apple-sandbox-url, APPLE_SANDBOX_URL)")
         return endpoints
     }
 
@@ -230,7 +158,7 @@ struct RunCommandOptions: ParsableArguments {
         options.concurrency = concurrency
         options.requestsPerSecond = rateLimit
         options.apiBudgetShare = apiBudgetShare
-        options.notificationHistorySince = notificationHistorySince.flatMap(parseTime)
+        options.notificationHistorySince = notificationHistorySince.flatMap(CommandLineTime.parse)
         for override in apiQuota {
             if override.environment == .production {
                 options.apiQuota.production[override.endpoint] = override.rate
@@ -324,72 +252,15 @@ struct AppIdentityOptions: ParsableArguments {
     }
 }
 
-/// Where Apple's secrets and answers may travel (contract section 11).
-enum AppleURL {
-    /// `https://` to any host; `http://` only to loopback, where the simulator runs: an IPv4 literal
-    /// in 127.0.0.0/8 written as four decimal parts, `[::1]`, or the host `localhost` itself.
-    /// Userinfo, backslashes, percent-escapes and anything else that libcurl and this check could
-    /// read differently is refused, for both schemes: the secret goes where the check looked.
-    static func check(_ text: String, name: String) throws {
-        guard let (scheme, host) = parse(text) else { throw ConfigurationError("\(name) is not a URL this job accepts (scheme://host[:port]/path, no user name)") }
-        switch scheme {
-        case "https": return
-        case "http" where isLoopback(host: host): return
-        case "http": throw ConfigurationError("\(name) is http:// to \(DisplayText.escaped(host)): refused, the shared secret would travel in clear (http:// is allowed on loopback only, for the simulator)")
-        default: throw ConfigurationError("\(name) must be https://")
+extension AppleURL {
+    /// `check`, as the command's configuration error (exit 2).
+    static func require(_ text: String, name: String) throws {
+        do {
+            try check(text, name: name)
+        } catch let refused as AppleURL.Refused {
+            throw ConfigurationError(refused.description)
         }
     }
-
-    /// The scheme (lowercased) and the host as written, or nil for anything but `scheme://authority[/...]`
-    /// with a plain host: no userinfo, no backslash, no escapes, no spaces or controls.
-    static func parse(_ text: String) -> (scheme: String, host: String)? {
-        guard let separator = text.range(of: "://") else { return nil }
-        let scheme = text[..<separator.lowerBound].lowercased()
-        guard !scheme.isEmpty, scheme.allSatisfy({ $0.isASCII && ($0.isLetter || $0 == "+") }) else { return nil }
-        let rest = text[separator.upperBound...]
-        let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
-        guard text.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F && $0 != "\\" }),
-              !authority.contains("@"), !authority.contains("%"), !authority.isEmpty
-        else { return nil }
-        let host: Substring
-        let port: Substring?
-        if authority.hasPrefix("[") {
-            guard let close = authority.firstIndex(of: "]") else { return nil }
-            host = authority[...close]
-            let after = authority[authority.index(after: close)...]
-            guard after.isEmpty || after.hasPrefix(":") else { return nil }
-            port = after.isEmpty ? nil : after.dropFirst()
-        } else {
-            let parts = authority.split(separator: ":", omittingEmptySubsequences: false)
-            guard parts.count <= 2, !parts[0].isEmpty else { return nil }
-            host = parts[0]
-            port = parts.count == 2 ? parts[1] : nil
-        }
-        if let port {
-            guard (1...5).contains(port.count), port.allSatisfy(\.isASCIIDigit), let number = Int(port), number <= 65_535 else { return nil }
-        }
-        guard host.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "-.[]:".contains($0)) }) else { return nil }
-        return (scheme, host.lowercased())
-    }
-
-    /// `localhost`, `[::1]` (any spelling of that address) or four decimal parts starting 127.
-    static func isLoopback(host: String) -> Bool {
-        if host == "localhost" { return true }
-        if host.hasPrefix("[") && host.hasSuffix("]") {
-            var address = in6_addr()
-            guard inet_pton(AF_INET6, String(host.dropFirst().dropLast()), &address) == 1 else { return false }
-            return withUnsafeBytes(of: &address) { $0.elementsEqual([UInt8](repeating: 0, count: 15) + [1]) }
-        }
-        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts.allSatisfy({ part in
-            (1...3).contains(part.count) && part.allSatisfy(\.isASCIIDigit) && (part.count == 1 || part.first != "0") && (Int(part) ?? 256) <= 255
-        }) else { return false }
-        return parts[0] == "127"
-    }
-}
-
-extension Character {
-    fileprivate var isASCIIDigit: Bool { isASCII && isNumber }
 }
 
 /// `--source`, as the contract spells it.
@@ -467,8 +338,8 @@ struct AppStoreConnectOptions: ParsableArguments {
         let endpoints = ServerAPIClient.Endpoints(
             production: value(appstoreApiUrl, "APPSTORE_API_URL") ?? ServerAPIClient.Endpoints.apple.production,
             sandbox: value(appstoreSandboxApiUrl, "APPSTORE_SANDBOX_API_URL") ?? ServerAPIClient.Endpoints.apple.sandbox)
-        try AppleURL.check(endpoints.production, name: "the Server API URL (--appstore-api-url, APPSTORE_API_URL)")
-        try AppleURL.check(endpoints.sandbox, name: "the Server API sandbox URL (--appstore-sandbox-api-url, APPSTORE_SANDBOX_API_URL)")
+        try AppleURL.require(endpoints.production, name: "the Server API URL (--appstore-api-url, APPSTORE_API_URL)")
+        try AppleURL.require(endpoints.sandbox, name: "the Server API sandbox URL (--appstore-sandbox-api-url, APPSTORE_SANDBOX_API_URL)")
         return endpoints
     }
 }

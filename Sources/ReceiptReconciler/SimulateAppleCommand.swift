@@ -1,4 +1,5 @@
 import AppleSimulator
+import CommandLineValues
 import ArgumentParser
 import Foundation
 

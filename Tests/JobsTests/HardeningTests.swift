@@ -15,7 +15,7 @@ import TestSupport
         // Issue 32: a rate past what an interval in nanoseconds can hold trapped once.
         ["--rate-limit", "1e300"], ["--rate-limit", "nan"], ["--rate-limit", "inf"], ["--rate-limit", "0"],
         ["--api-quota", "history=1e300"], ["--api-quota", "statuses.sandbox=nan"], ["--api-budget-share", "nan"],
-        ["--max-revoke-ratio", "nan"], ["--concurrency", "99999999999999999999"], ["--batch-size", "-1"],
+        ["--max-revoke-ratio", "nan"], ["--api-quota", ".=5"], ["--api-quota", "history.=5"], ["--shard", "/"], ["--concurrency", "99999999999999999999"], ["--batch-size", "-1"],
     ]
 
     @Test(arguments: oddOptions)
