@@ -80,6 +80,9 @@ let package = Package(
         // A run from start to report: the pipeline, safety limits, reports.
         .target(name: "Jobs", dependencies: ["Storage", "AppStore", "AppStoreModels", "SignedData", "Throttling", "Reconciliation", "ReportOutput", "CivilCalendar", "Postgres", "Locking", logging]),
 
+        // What `inspect` shows of a receipt or of signed data (with every check), as text or JSON.
+        .target(name: "Inspection", dependencies: ["AppStoreModels", "SignedData", "Reconciliation", "CivilCalendar"]),
+
         // What the command line's own values mean (durations, dates, rates, shards, Apple's URLs):
         // parsers of untrusted text, apart from the commands so that the fuzz targets reach them.
         .target(name: "CommandLineValues", dependencies: ["AppStore", "AppStoreModels", "Throttling", "CivilCalendar", "Reconciliation"]),
@@ -87,7 +90,7 @@ let package = Package(
         // The executable: commands, wiring, logging, exit codes.
         .executableTarget(
             name: "receipt-reconciler",
-            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "Hashing", "CivilCalendar", "ReportOutput", "Reconciliation", "Storage", "Jobs", "Throttling", "CommandLineValues", argumentParser, logging],
+            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "Hashing", "CivilCalendar", "ReportOutput", "Reconciliation", "Storage", "Jobs", "Throttling", "CommandLineValues", "Inspection", argumentParser, logging],
             path: "Sources/ReceiptReconciler"
         ),
 

@@ -5,20 +5,20 @@ import Reconciliation
 import SignedData
 
 /// What `inspect` shows of signed data: each signed part's fields and every check with its result.
-struct SignedDataInspection {
+public struct SignedDataInspection {
     /// One JWS: its kind, its fields as signed, its checks.
-    struct Part {
-        var name: String
-        var fields: [String: Any]
-        var checks: [SignedDataCheckResult]
+    public struct Part {
+        public var name: String
+        public var fields: [String: Any]
+        public var checks: [SignedDataCheckResult]
     }
 
-    var parts: [Part]
+    public var parts: [Part]
 
-    var allPassed: Bool { parts.allSatisfy { $0.checks.allSatisfy(\.passed) } }
+    public var allPassed: Bool { parts.allSatisfy { $0.checks.allSatisfy(\.passed) } }
 
     /// The compact JWS in a file: the text itself, or the `signedPayload` of a V2 body.
-    static func signedData(in bytes: [UInt8]) -> String? {
+    public static func signedData(in bytes: [UInt8]) -> String? {
         if let signed = NotificationV2Body.signedPayload(bytes) { return signed }
         let text = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         // Three parts of base64url whose first decodes to a JSON object: a JWS, however it is written.
@@ -28,7 +28,7 @@ struct SignedDataInspection {
         return text
     }
 
-    static func inspect(_ jws: String, verifier: SignedDataVerifier) async -> SignedDataInspection {
+    public static func inspect(_ jws: String, verifier: SignedDataVerifier) async -> SignedDataInspection {
         let payload = (try? CompactJWS(jws)).map(\.payload) ?? []
         let object = (try? JSONSerialization.jsonObject(with: Data(payload))) as? [String: Any] ?? [:]
         if object["notificationType"] != nil {
@@ -51,7 +51,7 @@ struct SignedDataInspection {
 
     // MARK: Output
 
-    func text() -> String {
+    public func text() -> String {
         var text = ""
         for part in parts {
             text += "\(part.name)\n"
@@ -74,7 +74,7 @@ struct SignedDataInspection {
         return text
     }
 
-    func json() -> String {
+    public func json() -> String {
         let parts = self.parts.map { part -> [String: Any] in
             ["part": part.name, "fields": part.fields,
              "checks": part.checks.map { ["name": $0.check.rawValue, "passed": $0.passed, "detail": $0.detail] }]
