@@ -87,6 +87,17 @@ let package = Package(
         // parsers of untrusted text, apart from the commands so that the fuzz targets reach them.
         .target(name: "CommandLineValues", dependencies: ["AppStore", "AppStoreModels", "Throttling", "CivilCalendar", "Reconciliation"]),
 
+        // Fuzzing (scripts/fuzz, FuzzTesting/): one target for every parser of untrusted bytes. Built
+        // with -sanitize=fuzzer it fuzzes; an ordinary build links without libFuzzer (its entry is a
+        // weak symbol) and replays the inputs it is given: the suite replays FuzzTesting/FailCases.
+        .target(name: "CFuzzDriver"),
+        .executableTarget(
+            name: "receipt-fuzz",
+            dependencies: ["CFuzzDriver", "AppStoreModels", "SignedData", "AppleSimulator", "Reconciliation", "Inspection", "CommandLineValues", "CivilCalendar"],
+            path: "Sources/FuzzTargets",
+            // No top-level code: the entry point is `receipt_fuzz_main`, defined by hand for libFuzzer.
+            swiftSettings: [.unsafeFlags(["-parse-as-library"])]),
+
         // The executable: commands, wiring, logging, exit codes.
         .executableTarget(
             name: "receipt-reconciler",
