@@ -227,7 +227,7 @@ public final class ServerAPIClient: Sendable {
             } else if case .retry = verdict {
                 shared.stormGate.record(transientFailure: true)
             } else if case .stopped(let why) = verdict {
-                return .failure(.deferred(reason: "not sent: \(why)"))
+                return .failure(.deferred(reason: VerificationOutcome.notSentPrefix + why))
             } else {
                 shared.stormGate.record(transientFailure: false)
             }

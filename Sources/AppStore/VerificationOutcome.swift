@@ -20,6 +20,10 @@ public struct VerificationOutcome: Sendable {
         case foreignBundle(reason: String)
     }
 
+    /// How a `deferred` reason starts when the request was never sent: Apple said stop (a 401, or
+    /// the 21004 stop) while it waited its turn. Not an attempt: the receipt is due again at once.
+    public static let notSentPrefix = "not sent: "
+
     public var result: Result
     /// HTTP exchanges made, redirects included.
     public var requests: Int

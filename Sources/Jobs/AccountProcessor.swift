@@ -155,6 +155,9 @@ struct AccountProcessor: Sendable {
             } else {
                 counts.latestReceiptsIgnored += 1
             }
+        case .deferred(let reason) where reason.hasPrefix(VerificationOutcome.notSentPrefix):
+            // Never sent: Apple said stop (a 401, the 21004 stop). No attempt spent; due again at once.
+            update.attempts = receipt.attempts
         case .deferred:
             update.nextAttemptAt = now.adding(options.deferral.ceiling(afterAttempt: receipt.attempts + 1))
         case .failed(let status, _):

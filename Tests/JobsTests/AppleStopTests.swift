@@ -31,6 +31,10 @@ import TestSupport
             #expect(summary.appleStatuses["21004"] == sent)
             // Nothing was written for any account: a rejected secret is no verdict on a receipt.
             #expect(try await world.count("SELECT count(*) FROM iap.entitlements") == 0)
+            // A receipt held back is no attempt: every receipt is due again at once, none counts one more try
+            // than the requests it made.
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE next_attempt_at IS NOT NULL") == 0)
+            #expect(try await world.count("SELECT coalesce(sum(attempts), 0) FROM iap.app_receipts") == sent)
         }
     }
 }
