@@ -129,6 +129,10 @@ extension Date: PostgresCodable {
 
     public static func decode(text: Substring, type: PostgresType) throws(PostgresDecodingFailure) -> Date {
         guard type == .timestamptz || type == .timestamp else { throw .unexpected(type, for: Date.self) }
+        // PostgreSQL's special values, which an app may store (`expires_at = 'infinity'` for a
+        // lifetime grant): read as the furthest dates, never an error that stops every run.
+        if text == "infinity" { return .distantFuture }
+        if text == "-infinity" { return .distantPast }
         guard let micros = Timestamp.parseMicroseconds(text, .spaceSeparator) else {
             throw PostgresDecodingFailure("not a finite ISO timestamp")
         }
