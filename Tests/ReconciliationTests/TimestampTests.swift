@@ -1,3 +1,4 @@
+import AppStoreModels
 import CivilCalendar
 import Foundation
 import Testing
@@ -60,4 +61,23 @@ import Testing
             #expect(Timestamp.parseMicroseconds(Timestamp.format(microseconds: micros, .milliseconds)[...]) == milliseconds)
         }
     }
+
+    /// Issue 32: no date, however it was made, traps on its way to an integer or to text.
+    @Test(arguments: [Double.nan, .infinity, -.infinity, 1e300, -1e300, 9e18, -9.3e18, 0, 1.5])
+    func aConversionToAnIntegerSaturates(value: Double) {
+        let converted = Timestamp.saturating(value)
+        #expect(abs(converted) <= Timestamp.saturationLimit)
+        #expect(converted == (value.isNaN ? 0 : value.isInfinite || abs(value) > 4.7e18 ? (value > 0 ? 1 << 62 : -(1 << 62)) : Int64(value.rounded())))
+        // Formatting the extreme dates ends, with some text, never a trap.
+        #expect(!Timestamp.format(Date(timeIntervalSince1970: value.isNaN ? 0 : value)).isEmpty)
+    }
+
+    @Test func theExtremeIntegersFormatWithoutATrap() {
+        for micros in [Int64.max, Int64.min, Int64.max - 499, Int64.min + 1] {
+            #expect(!Timestamp.format(microseconds: micros, .milliseconds).isEmpty)
+            #expect(!Timestamp.format(microseconds: micros, .microseconds).isEmpty)
+        }
+        #expect(Date(timeIntervalSince1970: 1e300).milliseconds == 1 << 62)
+    }
 }
+
