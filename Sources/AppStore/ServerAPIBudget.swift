@@ -97,11 +97,15 @@ public final class ServerAPIBudget: Sendable {
         buckets[key]?.isPaused ?? false
     }
 
-    /// Apple answered 429: counted, and the endpoint waits until `retryAfter` for every task (nil:
-    /// no pause, as for a wait longer than the run waits, whose requests are deferred instead).
-    func throttled(_ key: Key, retryAfter: Duration?) {
+    /// Apple answered 429: counted.
+    func throttled(_ key: Key) {
         counts.withLock { $0[key, default: (0, 0)].throttled += 1 }
-        if let retryAfter, retryAfter > .zero { buckets[key]?.pause(until: ContinuousClock.now + retryAfter) }
+    }
+
+    /// The endpoint waits `retryAfter` for every task (Apple's 429 means the endpoint, not the
+    /// one request). Not called for a wait longer than the run waits: those requests are deferred.
+    func pause(_ key: Key, for retryAfter: Duration) {
+        buckets[key]?.pause(until: ContinuousClock.now + retryAfter)
     }
 
     /// The traffic of every (endpoint, environment) asked at least once.

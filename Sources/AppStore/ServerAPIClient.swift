@@ -214,14 +214,11 @@ public final class ServerAPIClient: Sendable {
                 await budget?.acquire(key)
                 verdict = await exchange(path, query: query, method: method, body: body, key: key, outcome: &outcome, mayHop: mayHop)
             } while verdict == .paused
-            if case .final(.unauthorized(let why)) = verdict {
-                // The key is wrong for every request: none still waiting may go.
-                shared.appleStop.stop(because: why)
-            }
             if case .throttled(let why, let retryAfter) = verdict {
-                // The app's quota, not this request: every task waits for the endpoint, then this one
-                // tries again. Not a transient failure for the storm gate, which would stop verifyReceipt too.
-                budget?.throttled(key, retryAfter: retryAfter.flatMap { $0 <= policy.maximumRetryAfter ? $0 : nil })
+                // The app's quota, not this request: every task waits for the endpoint (paused in
+                // `exchange` already), then this one tries again. Not a transient failure for the
+                // storm gate, which would stop verifyReceipt too.
+                budget?.throttled(key)
                 logger.debug("appstore.throttled", metadata: ["appstore.endpoint": "\(key)", "appstore.retry_after": "\(retryAfter ?? .zero)"])
                 verdict = .retry(reason: why, retryAfter: retryAfter)
             } else if case .retry = verdict {
@@ -270,10 +267,20 @@ public final class ServerAPIClient: Sendable {
             headers: ["Authorization: " + authorization, "Accept: application/json"] + (body.isEmpty ? [] : ["Content-Type: application/json"]),
             body: body,
             connectTimeout: policy.connectTimeout, totalTimeout: policy.requestTimeout, maximumResponseBytes: policy.maximumResponseBytes)
-        let sent: HTTPResponse?
+        let classified: Verdict?
         do {
-            // A 429 that came back while this request waited for its permit holds it too.
-            sent = try await shared.send(request) { budget?.isPaused(key) != true }
+            // A 429 that came back while this request waited for its permit holds it too; and this
+            // answer's 429 or 401 takes effect before its permit goes to a request waiting for it.
+            classified = try await shared.send(request, mayLeave: { budget?.isPaused(key) != true }) { response in
+                let verdict = Self.classify(response, environment: outcome.environment, mayHop: mayHop)
+                switch verdict {
+                case .final(.unauthorized(let why)): shared.appleStop.stop(because: why)
+                case .throttled(_, let retryAfter?) where retryAfter > .zero && retryAfter <= policy.maximumRetryAfter:
+                    budget?.pause(key, for: retryAfter)
+                default: break
+                }
+                return verdict
+            }
         } catch let error as HTTPError {
             outcome.requests += 1
             outcome.endpoints.append(outcome.environment)
@@ -285,14 +292,14 @@ public final class ServerAPIClient: Sendable {
         } catch {
             return .final(.failed(httpStatus: nil, errorCode: nil, reason: "\(error)"))
         }
-        guard let response = sent else {
+        guard let verdict = classified else {
             if let reason = shared.appleStop.reason { return .stopped(reason: reason) }
             return .paused
         }
         outcome.requests += 1
         outcome.endpoints.append(outcome.environment)
         budget?.sent(key)
-        return Self.classify(response, environment: outcome.environment, mayHop: mayHop)
+        return verdict
     }
 
     /// The contract's table, for one answer.

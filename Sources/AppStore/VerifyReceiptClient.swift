@@ -194,11 +194,17 @@ public final class VerifyReceiptClient: Sendable {
 
     /// Sends `request` once it holds a concurrency permit, unless Apple said stop meanwhile (nil):
     /// checked after the wait, just before the request leaves. `mayLeave` adds a caller's own
-    /// check at the same moment (the Server API's endpoint pause after a 429).
+    /// check at the same moment (the Server API's endpoint pause after a 429); `whileHeld` reads
+    /// the answer before the permit is released, so that a stop or a pause it sets holds every
+    /// request waiting for that permit.
     func send(_ request: HTTPRequest, mayLeave: () -> Bool = { true }) async throws -> HTTPResponse? {
+        try await send(request, mayLeave: mayLeave) { $0 }
+    }
+
+    func send<Read>(_ request: HTTPRequest, mayLeave: () -> Bool, whileHeld: (HTTPResponse) -> Read) async throws -> Read? {
         try await limiter.withPermit {
             guard appleStop.reason == nil, mayLeave() else { return nil }
-            return try await http.execute(request)
+            return whileHeld(try await http.execute(request))
         }
     }
 

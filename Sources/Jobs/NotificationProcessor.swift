@@ -31,6 +31,20 @@ struct NotificationProcessor: Sendable {
             guard let last = page.last else { return }
             after = (last.receivedAt, last.id)
             for pending in page {
+                // Counted before the work, in a statement of its own: a process that dies on this
+                // notification leaves the count, and the third such start sets it aside.
+                let start = try await ReconciliationRun.retryingLostConnections(logger: logger) {
+                    try await store.start(pending.id, runId: runId, now: now)
+                }
+                switch start {
+                case .skip: continue
+                case .quarantined(let reason):
+                    logger.error("notification.quarantined", metadata: ["notification.id": "\(pending.id)", "notification.reason": "\(reason)"])
+                    summary.notificationsQuarantined = (summary.notificationsQuarantined ?? []) + ["notification \(pending.id): \(reason)"]
+                    continue
+                case .process: break
+                }
+                TestFault.dieIfPoison(notificationId: pending.id)
                 let processed = try await ReconciliationRun.retryingLostConnections(logger: logger) {
                     try await store.connection.withTransaction { _ in
                         try await store.claim(pending.id, runId: runId) ? try await process(pending, runId: runId, now: now) : nil

@@ -176,6 +176,10 @@ public final class ReconciliationRun: Sendable {
         }
         if !options.isDryRun && options.processesNotifications {
             try await ensureLockHeld(logger: logger)
+            if options.retriesQuarantined {
+                let released = try await NotificationStore(connection: connections.writer).releaseQuarantined()
+                logger.notice("notification.quarantine_released", metadata: ["notification.count": "\(released)"])
+            }
             try await readNotificationHistory(now: now, summary: &summary, logger: logger)
             let processor = NotificationProcessor(
                 store: NotificationStore(connection: connections.writer), ledger: writer, sharedSecret: sharedSecret,
@@ -183,9 +187,11 @@ public final class ReconciliationRun: Sendable {
             try await processor.process(runId: summary.runId, now: now, summary: &summary)
             try await writer.updateRun(summary)
         }
-        return try RunReportWriter(
+        let report = try RunReportWriter(
             directory: options.reportDirectory ?? URL(filePath: "reports").appending(path: "run-\(summary.runId)"),
             crossCheck: options.crossCheck)
+        try report.appendQuarantined(summary.notificationsQuarantined ?? [])
+        return report
     }
 
     /// Get Notification History into `iap.notifications`, before they are processed: one worker

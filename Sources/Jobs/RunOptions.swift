@@ -62,6 +62,8 @@ public struct RunOptions: Sendable {
     public var notificationMaximumAge: Duration = .seconds(7 * 86_400)
     /// Process server notifications before picking accounts (not in a dry run).
     public var processesNotifications = true
+    /// Release the quarantined notifications before processing them (`backfill --retry-quarantined`).
+    public var retriesQuarantined = false
     /// Read Get Notification History first (`run`, `backfill --notifications-only`), when the
     /// Server API is configured; from `notificationHistorySince` the first time.
     public var readsNotificationHistory = false

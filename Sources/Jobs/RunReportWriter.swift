@@ -47,6 +47,16 @@ public final class RunReportWriter: @unchecked Sendable {
         try disagreements.flush()
     }
 
+    /// Lists the notifications this run quarantined (`notification ID: reason`) as failures.csv rows of
+    /// no account or receipt, outcome `quarantined`.
+    func appendQuarantined(_ notifications: [String]) throws {
+        guard !notifications.isEmpty else { return }
+        for line in notifications {
+            try failures.write(CSV.row(["", "", "quarantined", nil, String(NotificationStore.quarantineAfterUnfinishedStarts), "", line]))
+        }
+        try failures.flush()
+    }
+
     /// Appends a batch's failures and writes them through, so a full disk stops the run here.
     func appendFailures(_ records: [FailureRecord]) throws {
         guard !records.isEmpty else { return }

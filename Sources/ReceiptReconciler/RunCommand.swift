@@ -96,7 +96,13 @@ struct BackfillCommand: AsyncParsableCommand {
     @Flag(help: "Process the stored server notifications, then verify just the accounts they made due.")
     var notificationsOnly = false
 
+    @Flag(help: ArgumentHelp(
+        "Release the quarantined notifications (each stopped the process three times in a row) and process them again; alone, as --notifications-only. Fix the cause first."))
+    var retryQuarantined = false
+
     func validate() throws {
+        let selects = all || !accounts.isEmpty || !receiptIds.isEmpty || since != nil || until != nil || !products.isEmpty
+        if retryQuarantined && !selects { return }  // alone: the notifications, then the accounts they made due
         if notificationsOnly && (all || !accounts.isEmpty || !receiptIds.isEmpty || since != nil || until != nil || !products.isEmpty) {
             throw ValidationError("--notifications-only takes the accounts the notifications name: leave out the other selections")
         }
@@ -114,11 +120,14 @@ struct BackfillCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = logging.bootstrap()
         try await runReportingErrors(logger: logger) {
-            let selection: AccountSelection.Kind = notificationsOnly ? .reverifyRequested : .backfill(
+            let notificationsAlone = notificationsOnly || (retryQuarantined && !all && accounts.isEmpty && receiptIds.isEmpty
+                && since == nil && until == nil && products.isEmpty)
+            let selection: AccountSelection.Kind = notificationsAlone ? .reverifyRequested : .backfill(
                 accounts: accounts, receiptIds: receiptIds, since: since.flatMap(CommandLineTime.parse), until: until.flatMap(CommandLineTime.parse),
                 products: products, all: all)
             var options = try run.runOptions(kind: .backfill, selection: selection)
-            options.readsNotificationHistory = notificationsOnly
+            options.readsNotificationHistory = notificationsAlone
+            options.retriesQuarantined = retryQuarantined
             try await executeRun(options, common: run, database: database, logger: logger)
         }
     }

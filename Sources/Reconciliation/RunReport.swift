@@ -66,6 +66,9 @@ public enum RunReport {
             lines.append("  notifications: " + NotificationOutcome.allCases
                 .compactMap { outcome in notifications[outcome].map { "\($0) \(outcome.rawValue)" } }.joined(separator: ", "))
         }
+        if let quarantined = summary.notificationsQuarantined, !quarantined.isEmpty {
+            lines.append("  quarantined notifications: \(quarantined.count) (each stopped the process 3 times; see the report)")
+        }
         if !summary.consumptionRequests.isEmpty { lines.append("  consumption requests: \(summary.consumptionRequests.count)") }
         if !summary.bundleMismatches.isEmpty { lines.append("  receipts of another app: \(summary.bundleMismatches.count) (see the report)") }
         if let skipped = summary.accountsNotCrossChecked, skipped > 0 {
@@ -171,6 +174,12 @@ public enum RunReport {
             text += "\nUnmatched notifications are tried again by later runs until they are a week old (`--notification-max-age`).\n"
             text += "V2 notifications are counted as `v2 TYPE` (`v2 TYPE/SUBTYPE`); every signed part of one is verified before it is used.\n"
         }
+        if let quarantined = summary.notificationsQuarantined, !quarantined.isEmpty {
+            text += "\n## Quarantined notifications (set aside, not processed)\n\n"
+            text += list(quarantined)
+            text += "\nEach stopped the process every time it was processed. Later runs skip them; "
+                + "`receipt-reconciler backfill --retry-quarantined` releases them once the cause is fixed.\n"
+        }
         if let rejected = summary.notificationsRejected, !rejected.isEmpty {
             text += "\n## Rejected notifications (nothing of them was used)\n\n"
             text += list(rejected)
@@ -242,6 +251,9 @@ public enum RunReport {
             lines.append("receipt_reconciler_last_run_corrections{kind=\"\(summary.kind.rawValue)\",correction=\"\(kind.rawValue)\"} \(summary.corrections[kind.rawValue] ?? 0)")
         }
         lines += [
+            "# HELP receipt_reconciler_last_run_quarantined Stored rows the last run set aside: processing them stopped the process three times in a row.",
+            "# TYPE receipt_reconciler_last_run_quarantined gauge",
+            "receipt_reconciler_last_run_quarantined{\(kind),row=\"notification\"} \(summary.notificationsQuarantined?.count ?? 0)",
             "# HELP receipt_reconciler_last_run_apple_requests Requests sent to Apple in the last run.",
             "# TYPE receipt_reconciler_last_run_apple_requests gauge",
             "receipt_reconciler_last_run_apple_requests{\(kind)} \(summary.appleRequests)",

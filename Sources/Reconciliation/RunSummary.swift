@@ -112,6 +112,9 @@ public struct RunSummary: Sendable, Codable, Equatable {
     /// Notifications rejected, each with the check that failed (`jws_invalid: signature`). Optional
     /// only so that summaries stored before V2 still decode.
     public var notificationsRejected: [String]?
+    /// Notifications quarantined by this run: their processing was started and never finished
+    /// (the process died) three times in a row. Optional so that older summaries still decode.
+    public var notificationsQuarantined: [String]?
 
     /// Receipts of another app (`foreign_bundle`: a fraud signal), listed.
     public var bundleMismatches: [String] = []

@@ -58,10 +58,54 @@ public struct NotificationStore: Sendable {
     public func unprocessed(after: (Date, Int64)?, limit: Int) async throws -> [Pending] {
         return try await connection.query("""
             SELECT id, received_at, body::text AS body FROM iap.notifications
-            WHERE processed_at IS NULL
+            WHERE processed_at IS NULL AND quarantined_at IS NULL
               AND (\(after?.0)::timestamptz IS NULL OR (received_at, id) > (\(after?.0), \(after?.1)))
             ORDER BY received_at, id LIMIT \(limit)
             """).map { Pending(id: try $0.decode("id"), receivedAt: try $0.decode("received_at"), body: try $0.decode("body")) }
+    }
+
+    /// Started unfinished this many times in a row, a notification is quarantined instead.
+    public static let quarantineAfterUnfinishedStarts = 3
+
+    /// What `start` decided.
+    public enum Start: Sendable, Equatable {
+        /// Counted as started: process it now.
+        case process
+        /// Started and never finished too many times in a row: set aside, not processed.
+        case quarantined(reason: String)
+        /// Another worker's, processed meanwhile, or quarantined already: leave it.
+        case skip
+    }
+
+    /// Counts one start of a notification, committed before its work begins (so that a process
+    /// that dies in the middle leaves the count behind), and takes it for this run as `claim`
+    /// would; or quarantines it when its earlier starts never finished.
+    public func start(_ id: Int64, runId: Int64, now: Date) async throws -> Start {
+        let limit = Self.quarantineAfterUnfinishedStarts
+        let reason = "processing started \(limit) times and never finished: the process died each time (a crash or an out-of-memory kill)"
+        let rows = try await connection.query("""
+            UPDATE iap.notifications n SET
+                run_id = \(runId),
+                unfinished_starts = CASE WHEN unfinished_starts >= \(limit) THEN unfinished_starts ELSE unfinished_starts + 1 END,
+                quarantined_at = CASE WHEN unfinished_starts >= \(limit) THEN \(now)::timestamptz END,
+                quarantine_reason = CASE WHEN unfinished_starts >= \(limit) THEN \(reason) END
+            WHERE id = \(id) AND processed_at IS NULL AND quarantined_at IS NULL
+              AND NOT EXISTS (SELECT 1 FROM iap.reconciliation_runs r WHERE r.id = n.run_id AND r.id <> \(runId) AND r.status = 'running')
+            RETURNING quarantine_reason
+            """)
+        guard let row = rows.first else { return .skip }
+        if let quarantined = try row.decode("quarantine_reason", as: String?.self) { return .quarantined(reason: quarantined) }
+        return .process
+    }
+
+    /// Releases every quarantined notification (`backfill --retry-quarantined`): due again, its count of
+    /// unfinished starts back to 0. Returns how many.
+    public func releaseQuarantined() async throws -> Int {
+        try await connection.query("""
+            UPDATE iap.notifications SET quarantined_at = NULL, quarantine_reason = NULL, unfinished_starts = 0
+            WHERE quarantined_at IS NOT NULL AND processed_at IS NULL
+            RETURNING id
+            """).count
     }
 
     /// Locks one notification for the caller's transaction; false when another worker holds it,
@@ -94,7 +138,8 @@ public struct NotificationStore: Sendable {
     ) async throws {
         try await connection.execute("""
             UPDATE iap.notifications SET outcome = \(outcome.rawValue), reason = \(reason), account_id = \(accountId), run_id = \(runId),
-                processed_at = CASE WHEN \(processed) THEN \(now)::timestamptz ELSE NULL END
+                processed_at = CASE WHEN \(processed) THEN \(now)::timestamptz ELSE NULL END,
+                unfinished_starts = 0
             WHERE id = \(id)
             """)
     }

@@ -1,0 +1,18 @@
+#if DEBUG
+import Foundation
+#endif
+
+/// Faults that exist in test builds only: a debug build (what the tests run) reads them from the
+/// environment; a release build (`swift build -c release`, what is shipped) has none of this code.
+enum TestFault {
+    /// `RR_TEST_DIE_ON_NOTIFICATION=ID`: the process kills itself (SIGKILL, as the out-of-memory
+    /// killer would) when it starts processing notification ID: a poison row, for the quarantine's
+    /// end-to-end test.
+    static func dieIfPoison(notificationId: Int64) {
+        #if DEBUG
+        if let poison = ProcessInfo.processInfo.environment["RR_TEST_DIE_ON_NOTIFICATION"], poison == String(notificationId) {
+            kill(getpid(), SIGKILL)
+        }
+        #endif
+    }
+}

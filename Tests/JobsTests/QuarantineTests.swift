@@ -1,0 +1,83 @@
+import AppleSimulator
+import Foundation
+import Postgres
+import Storage
+import Testing
+import TestSupport
+
+/// No row stops every run (issue 32): a stored notification on which the process dies (here a
+/// fault of test builds only, a SIGKILL when it starts processing that row, as the out-of-memory
+/// killer would) kills three runs; the fourth sets it aside and completes everything else; nothing
+/// is lost or applied twice; `backfill --retry-quarantined` processes it again.
+@Suite struct QuarantineTests {
+    @Test func aNotificationThatKillsThreeRunsInARowIsQuarantinedByTheFourth() async throws {
+        try await RunWorld.with("quarantine") { world in
+            try await NotificationV2Tests.gamer(world)
+            let poison = try NotificationV2Tests.body("TEST")
+            let refundedAt = world.nowMs - 3_600_000
+            let refund = try NotificationV2Tests.body(
+                "REFUND", transaction: NotificationV2Tests.consumable("91", world: world, revokedAt: refundedAt))
+            #expect(try await NotificationV2Tests.ingest(world, [poison, refund]) == 2)
+            let ids = try await world.connection.query("SELECT id FROM iap.notifications ORDER BY id").map { try $0.decode("id", as: Int64.self) }
+            let (poisonId, refundId) = (ids[0], ids[1])
+
+            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
+            let root = world.reportRoot.appending(path: "root.der")
+            try Data(NotificationV2Tests.chain.root).write(to: root)
+            let arguments = ["--apple-root-certificate", root.path, "--bundle-id", "com.example.app", "--app-apple-id", "1234"]
+            var dying = OperationsTests.environment(world)
+            dying["RR_TEST_DIE_ON_NOTIFICATION"] = String(poisonId)
+
+            for night in 1...3 {
+                let cli = try CLIProcess(["run", "--report-dir", world.reportRoot.appending(path: "night-\(night)").path] + arguments,
+                                         environment: dying)
+                _ = try await cli.wait()
+                #expect(cli.process.terminationReason == .uncaughtSignal && cli.process.terminationStatus == SIGKILL, "night \(night)")
+                let starts = try await world.count("SELECT unfinished_starts FROM iap.notifications WHERE id = \(poisonId)")
+                #expect(starts == night, "night \(night)")
+            }
+            // Nothing but the poison was touched: it comes first, and each run died on it.
+            #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE processed_at IS NOT NULL") == 0)
+
+            let fourth = try await CLIProcess.run(
+                ["run", "--report-dir", world.reportRoot.appending(path: "night-4").path] + arguments, environment: dying)
+            #expect(fourth.status == 0, "\(fourth.stderr.suffix(2000))")
+            #expect(fourth.stdout.contains("quarantined notifications: 1"), "\(fourth.stdout)")
+            let quarantined = try await world.connection.query("""
+                SELECT quarantined_at IS NOT NULL AS quarantined, quarantine_reason, processed_at IS NULL AS unprocessed
+                FROM iap.notifications WHERE id = \(poisonId)
+                """)[0]
+            #expect(try quarantined.decode("quarantined", as: Bool.self))
+            #expect(try quarantined.decode("unprocessed", as: Bool.self))
+            #expect(try quarantined.decode("quarantine_reason", as: String?.self)?.contains("started 3 times and never finished") == true)
+            // The rest completed: the refund reached the ledger, once, and the account was verified.
+            let refundRow = try await world.connection.query("SELECT outcome, processed_at IS NOT NULL AS done FROM iap.notifications WHERE id = \(refundId)")[0]
+            #expect(try refundRow.decode("outcome", as: String?.self) == "applied")
+            let cancelled = try await world.connection.query("SELECT cancellation_date FROM iap.transactions WHERE transaction_id = '91'")[0]
+            #expect(try cancelled.decode("cancellation_date", as: Date?.self) == Date(ms: refundedAt))
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE transaction_id = '91'") == 1)
+            #expect(try await world.count("SELECT count(*) FROM iap.reconciliation_runs WHERE status = 'running'") == 0)
+            let failures = try String(contentsOf: world.reportRoot.appending(path: "night-4/failures.csv"), encoding: .utf8)
+            #expect(failures.contains(",,quarantined,,3,,notification \(poisonId): processing started 3 times"), "\(failures)")
+            let markdown = try String(contentsOf: world.reportRoot.appending(path: "night-4/summary.md"), encoding: .utf8)
+            #expect(markdown.contains("## Quarantined notifications"))
+
+            // Later runs skip it, even with the fault still armed.
+            let fifth = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.appending(path: "night-5").path] + arguments,
+                                                 environment: dying)
+            #expect(fifth.status == 0)
+            #expect(!fifth.stdout.contains("quarantined notifications"))
+
+            // Released once the cause is fixed (here: the fault gone), it is processed like any other.
+            let released = try await CLIProcess.run(
+                ["backfill", "--retry-quarantined", "--report-dir", world.reportRoot.appending(path: "retry").path] + arguments,
+                environment: OperationsTests.environment(world))
+            #expect(released.status == 0, "\(released.stderr.suffix(2000))")
+            let after = try await world.connection.query("""
+                SELECT quarantined_at IS NULL AS released, processed_at IS NOT NULL AS done, unfinished_starts FROM iap.notifications WHERE id = \(poisonId)
+                """)[0]
+            #expect(try after.decode("released", as: Bool.self) && after.decode("done", as: Bool.self))
+            #expect(try after.decode("unfinished_starts", as: Int.self) == 0)
+        }
+    }
+}
