@@ -213,7 +213,8 @@ public final class ServerAPIClient: Sendable {
                 if let rateLimiter = shared.rateLimiter { await rateLimiter.acquire() }
                 await budget?.acquire(key)
                 verdict = await exchange(path, query: query, method: method, body: body, key: key, outcome: &outcome, mayHop: mayHop)
-            } while verdict == .paused
+            } while verdict == .paused && !Task.isCancelled  // a cancelled wait returns at once: no spinning
+            if verdict == .paused { return .failure(.deferred(reason: "cancelled")) }
             if case .throttled(let why, let retryAfter) = verdict {
                 // The app's quota, not this request: every task waits for the endpoint (paused in
                 // `exchange` already), then this one tries again. Not a transient failure for the
