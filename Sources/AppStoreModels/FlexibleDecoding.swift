@@ -245,9 +245,11 @@ extension Date {
     public static let appleMilliseconds: ClosedRange<Int64> = 0...253_402_300_799_999
 
     /// A time from Apple's `*_ms` value, or a format error naming `field` outside `appleMilliseconds`.
-    public init(appleMilliseconds milliseconds: Int64, field: String) throws {
+    /// The name is made only for the error: an answer holds about a hundred dates, and each would
+    /// otherwise make a string it never uses.
+    public init(appleMilliseconds milliseconds: Int64, field: @autoclosure () -> String) throws {
         guard Self.appleMilliseconds.contains(milliseconds) else {
-            throw AppleJSONError.outOfRange(field, "\(milliseconds) is not a date Apple can send (milliseconds since 1970, up to year 9999)")
+            throw AppleJSONError.outOfRange(field(), "\(milliseconds) is not a date Apple can send (milliseconds since 1970, up to year 9999)")
         }
         self.init(milliseconds: milliseconds)
     }
