@@ -172,7 +172,7 @@ public final class VerifyReceiptClient: Sendable {
             maximumResponseBytes: policy.maximumResponseBytes)
         let sent: HTTPResponse?
         do {
-            sent = try await send(request)
+            sent = try await send(request) { $0 }
         } catch let error as HTTPError {
             outcome.requests += 1
             outcome.endpoints.append(environment)
@@ -197,11 +197,7 @@ public final class VerifyReceiptClient: Sendable {
     /// check at the same moment (the Server API's endpoint pause after a 429); `whileHeld` reads
     /// the answer before the permit is released, so that a stop or a pause it sets holds every
     /// request waiting for that permit.
-    func send(_ request: HTTPRequest, mayLeave: () -> Bool = { true }) async throws -> HTTPResponse? {
-        try await send(request, mayLeave: mayLeave) { $0 }
-    }
-
-    func send<Read>(_ request: HTTPRequest, mayLeave: () -> Bool, whileHeld: (HTTPResponse) -> Read) async throws -> Read? {
+    func send<Read>(_ request: HTTPRequest, mayLeave: () -> Bool = { true }, whileHeld: (HTTPResponse) -> Read) async throws -> Read? {
         try await limiter.withPermit {
             guard appleStop.reason == nil, mayLeave() else { return nil }
             return whileHeld(try await http.execute(request))

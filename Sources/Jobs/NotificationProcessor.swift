@@ -47,7 +47,7 @@ struct NotificationProcessor: Sendable {
                 TestFault.dieIfPoison(notificationId: pending.id)
                 let processed = try await ReconciliationRun.retryingLostConnections(logger: logger) {
                     try await store.connection.withTransaction { _ in
-                        try await store.claim(pending.id, runId: runId) ? try await process(pending, runId: runId, now: now) : nil
+                        try await store.claim(pending.id) ? try await process(pending, runId: runId, now: now) : nil
                     }
                 }
                 // Claimed by another worker (another shard), or processed meanwhile.

@@ -108,15 +108,12 @@ public struct NotificationStore: Sendable {
             """).count
     }
 
-    /// Locks one notification for the caller's transaction; false when another worker holds it,
-    /// it was processed meanwhile, or a live run of another shard tried it tonight and left it
-    /// unmatched: one worker per notification, however many shards run.
-    public func claim(_ id: Int64, runId: Int64) async throws -> Bool {
+    /// Locks one notification for the caller's transaction, after `start` took it for this run
+    /// (which decides between shards: a live run of another shard that tried it tonight keeps it);
+    /// false when another transaction holds it or it was processed meanwhile.
+    public func claim(_ id: Int64) async throws -> Bool {
         try await !connection.query("""
-            SELECT 1 FROM iap.notifications n
-            WHERE id = \(id) AND processed_at IS NULL
-              AND NOT EXISTS (SELECT 1 FROM iap.reconciliation_runs r WHERE r.id = n.run_id AND r.id <> \(runId) AND r.status = 'running')
-            FOR UPDATE SKIP LOCKED
+            SELECT 1 FROM iap.notifications WHERE id = \(id) AND processed_at IS NULL FOR UPDATE SKIP LOCKED
             """).isEmpty
     }
 
