@@ -62,7 +62,9 @@ final class SimulatedAPITraffic: Sendable {
     }
 
     private let quota: SimulatedAPIQuota?
-    private let started = Date()
+    /// When the first window began: at the first request, not when the simulator started, so a
+    /// test's first request finds a whole window however long its set-up took on a loaded machine.
+    private let started = Locked<Date?>(nil)
     private let state = Locked([String: Endpoint]())
     private static let keptTimes = 100_000
 
@@ -74,6 +76,11 @@ final class SimulatedAPITraffic: Sendable {
     func admit(_ endpoint: String, environment: String) -> Int64? {
         let now = Date()
         let milliseconds = Int64(now.timeIntervalSince1970 * 1000)
+        let started = started.withLock { started in
+            let first = started ?? now
+            started = first
+            return first
+        }
         return state.withLock { state in
             var traffic = state["\(endpoint)/\(environment)", default: Endpoint()]
             defer { state["\(endpoint)/\(environment)"] = traffic }
