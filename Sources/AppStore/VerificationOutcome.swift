@@ -18,6 +18,9 @@ public struct VerificationOutcome: Sendable {
         /// The receipt is another app's (Apple's answer or the local decode names another bundle
         /// id): a failure for its account, which must never be granted this app's products.
         case foreignBundle(reason: String)
+        /// The receipt's account stopped the process three times in a row: set aside unread, a
+        /// failure for its account until it is released.
+        case quarantined(reason: String)
     }
 
     /// How a `deferred` reason starts when the request was never sent: Apple said stop (a 401, or
@@ -53,13 +56,15 @@ public struct VerificationOutcome: Sendable {
         case .failed: .failed
         case .invalidReceipt: .invalidReceipt
         case .foreignBundle: .foreignBundle
+        case .quarantined: .quarantined
         }
     }
 
     public var reason: String? {
         switch result {
         case .verified, .verifiedSignedData: nil
-        case .deferred(let reason), .failed(_, let reason), .invalidReceipt(let reason), .foreignBundle(let reason): reason
+        case .deferred(let reason), .failed(_, let reason), .invalidReceipt(let reason), .foreignBundle(let reason),
+             .quarantined(let reason): reason
         }
     }
 

@@ -10,4 +10,7 @@ public enum ReceiptOutcome: String, Sendable, Codable, CodingKeyRepresentable, C
     case invalidReceipt = "invalid_receipt"
     /// Another app's receipt.
     case foreignBundle = "foreign_bundle"
+    /// Its account stopped the process three times in a row: set aside, neither decoded nor sent,
+    /// until `backfill --retry-quarantined` (contract section 11).
+    case quarantined
 }

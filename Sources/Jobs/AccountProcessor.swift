@@ -42,9 +42,22 @@ struct AccountProcessor: Sendable {
     /// The account's result; nil when the task was cancelled meanwhile (its answers may be
     /// cancelled requests, not Apple's word): nothing is written, and the account stays due.
     func process(_ work: AccountWork) async -> AccountResult? {
+        TestFault.dieIfPoison(accountId: work.accountId)
         var counts = AccountOutcomeCounts(outcome: .verified)
         let verifications = await source.verify(work, counts: &counts)
         if Task.isCancelled { return nil }
+        return result(work, verifications: verifications, counts: counts)
+    }
+
+    /// The result of an account set aside (contract section 11): every receipt failed unread, as
+    /// an oversize one is, so nothing is decoded, sent or planned, and nothing is revoked.
+    func quarantined(_ work: AccountWork, reason: String) -> AccountResult {
+        var counts = AccountOutcomeCounts(outcome: .failed)
+        counts.quarantined = "account \(work.accountId): \(reason)"
+        let verifications = work.receipts.map {
+            ReceiptVerification(receipt: $0, local: $0.storedLocalDecode,
+                                outcome: VerificationOutcome(result: .quarantined(reason: reason), environment: $0.environment))
+        }
         return result(work, verifications: verifications, counts: counts)
     }
 
@@ -59,7 +72,7 @@ struct AccountProcessor: Sendable {
         var counts = counts
         for verification in verifications {
             let (receipt, outcome) = (verification.receipt, verification.outcome)
-            if verification.local == nil { counts.receiptsNotDecodedLocally += 1 }
+            if verification.local == nil && outcome.receiptOutcome != .quarantined { counts.receiptsNotDecodedLocally += 1 }
             receiptOutcomes.append(outcome.receiptOutcome)
             counts.receipts[outcome.receiptOutcome, default: 0] += 1
             counts.appleRequests += outcome.requests
@@ -165,6 +178,9 @@ struct AccountProcessor: Sendable {
             update.nextAttemptAt = status == 21004 ? nil : now.adding(options.failedRetryAfter)
         case .invalidReceipt, .foreignBundle:
             update.nextAttemptAt = now.adding(options.failedRetryAfter)
+        case .quarantined:
+            // Not an attempt, and due again next run: every night's report lists it until released.
+            update.attempts = receipt.attempts
         }
         return update
     }

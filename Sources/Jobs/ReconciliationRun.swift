@@ -174,6 +174,10 @@ public final class ReconciliationRun: Sendable {
                 logger.notice("run.adopted", metadata: ["run.corrections": "\(summary.correctionsAdopted)"])
             }
         }
+        if !options.isDryRun && options.retriesQuarantined {
+            let released = try await writer.releaseQuarantinedAccounts(now: now)
+            logger.notice("account.quarantine_released", metadata: ["account.count": "\(released)"])
+        }
         if !options.isDryRun && options.processesNotifications {
             try await ensureLockHeld(logger: logger)
             if options.retriesQuarantined {
@@ -245,6 +249,9 @@ public final class ReconciliationRun: Sendable {
     private func finish(_ ending: Ending, summary: inout RunSummary, writer: ReconciliationStore, report: RunReportWriter,
                         logger: Logger) async throws {
         summary.appleStormPauses = client.stormGate.pauses
+        // The process did not die: no start this run counted and left was a death.
+        let runId = summary.runId
+        try await Self.retryingLostConnections(logger: logger) { try await writer.takeBackStarts(runId: runId) }
         switch ending {
         case .completed: summary.status = .completed
         case .interrupted: summary.status = .interrupted
@@ -287,6 +294,7 @@ public final class ReconciliationRun: Sendable {
         summary.status = .failed
         summary.error = "\(error)"
         summary.finishedAt = Date()
+        try? await writer.takeBackStarts(runId: summary.runId)
         try? await writer.updateRun(summary)
         try? await report?.finish(summary: summary, store: writer)
         try? writeMetrics(summary)
@@ -383,14 +391,17 @@ public final class ReconciliationRun: Sendable {
         }
         let processor = AccountProcessor(source: source, options: options, rules: rules,
                                          diff: EntitlementDiff(expiryLag: options.expiryLag.timeInterval), now: now)
-        return try await withThrowingTaskGroup(of: RunSummary.self) { group in
+        let (written, suspects) = try await withThrowingTaskGroup(of: Written.self) { group in
             group.addTask {
                 defer { pendingBatches.close() }  // a writer that ended early never leaves the producer waiting
                 return try await self.writeBatches(batches.stream, slots: pendingBatches, summary: summary, now: now,
                                                    writer: writer, report: report, progress: progress, logger: logger)
             }
+            let suspects: [String]
             do {
-                try await verifyAccounts(processor: processor, reader: reader, selection: selection, now: now, logger: logger) { batch in
+                suspects = try await verifyAccounts(
+                    processor: processor, reader: reader, selection: selection, runId: summary.runId, now: now, logger: logger
+                ) { batch in
                     await pendingBatches.acquire()
                     batches.continuation.yield(batch)
                 }
@@ -399,18 +410,69 @@ public final class ReconciliationRun: Sendable {
                 throw error
             }
             batches.continuation.finish()
-            return try await group.next()!
+            return (try await group.next()!, suspects)
         }
+        let summary = try await verifySuspects(
+            suspects, processor: processor, reader: reader, writer: writer, written: written, now: now, report: report,
+            progress: progress, logger: logger)
+        progress.finish()
+        return summary
+    }
+
+    /// What the writer committed: the run's counts and how many batches.
+    typealias Written = (summary: RunSummary, batches: Int)
+
+    /// Last, the suspects: accounts an earlier run died with in flight (contract section 11). Each
+    /// is verified alone, its start counted and committed first and its results committed before
+    /// the next one starts, so a process that dies now dies on that account only; an account
+    /// whose starts never finished three times in a row is set aside instead.
+    private func verifySuspects(
+        _ suspects: [String], processor: AccountProcessor, reader: ReconciliationStore, writer: ReconciliationStore,
+        written: Written, now: Date, report: RunReportWriter, progress: ProgressReporter, logger: Logger
+    ) async throws -> RunSummary {
+        var (summary, sequence) = written
+        if !suspects.isEmpty {
+            logger.notice("run.suspects", metadata: [
+                "run.accounts": "\(suspects.count)", "run.reason": "an earlier run died with these accounts in flight: each is verified alone",
+            ])
+        }
+        for accountId in suspects where !shouldStop {
+            let runId = summary.runId
+            let start = try await Self.retryingLostConnections(logger: logger) {
+                try await writer.startAlone(accountId, runId: runId, now: now)
+            }
+            let stored = try await Self.retryingLostConnections(logger: logger) {
+                try await reader.account(accountId, maximumReceiptBytes: options.policy.maximumReceiptBytes)
+            }
+            let work = AccountWork(accountId: accountId, receipts: stored.receipts, stored: stored.entitlements)
+            let result: AccountResult?
+            switch start {
+            case .process:
+                result = await processor.process(work)
+            case .quarantined(let reason):
+                logger.error("account.quarantined", metadata: ["account.id": "\(accountId)", "account.reason": "\(reason)"])
+                result = processor.quarantined(work, reason: reason)
+            }
+            guard let result else { break }  // cancelled: nothing written, the account stays a suspect
+            sequence += 1
+            summary = try await commit([result], sequence: sequence, summary: summary, now: now, writer: writer, report: report, logger: logger)
+            progress.report(summary)
+        }
+        return summary
     }
 
     /// The producer: pages of due accounts in, each account verified in a window of
     /// `1.25 x --concurrency`, results out in batches of `--batch-size`. The next page is read while
     /// this one is verified (one read at a time on the reader connection), so Apple's requests
     /// never wait for the database.
+    ///
+    /// Each page's accounts are marked as started before any of them is worked on. Accounts an
+    /// earlier run left unfinished are not verified here: they are returned, to be verified alone
+    /// last (`verifySuspects`); quarantined ones fail unread.
     private func verifyAccounts(
-        processor: AccountProcessor, reader: ReconciliationStore, selection: AccountSelection, now: Date, logger: Logger,
+        processor: AccountProcessor, reader: ReconciliationStore, selection: AccountSelection, runId: Int64, now: Date, logger: Logger,
         send: (_ batch: [AccountResult]) async -> Void
-    ) async throws {
+    ) async throws -> [String] {
         // C waiting for Apple, and a quarter more decoding, planning or backing off, so a permit
         // never idles for want of an account. Each account in the window holds its receipts and
         // its frame: 2 C held 35 MB more at C = 1,000 for the same throughput (measured at
@@ -422,10 +484,11 @@ public final class ReconciliationRun: Sendable {
             return try await Self.retryingLostConnections(logger: logger) {
                 try await reader.page(
                     after: cursor, limit: options.pageSize, selection: selection, now: now,
-                    maximumReceiptBytes: options.policy.maximumReceiptBytes)
+                    maximumReceiptBytes: options.policy.maximumReceiptBytes, markingFor: runId)
             }
         }
-        try await withThrowingTaskGroup(of: AccountResult?.self) { accounts in
+        return try await withThrowingTaskGroup(of: AccountResult?.self) { accounts in
+            var suspects: [String] = []
             var inFlight = 0
             var pending: [AccountResult] = []
             func collect(_ result: AccountResult?) async {
@@ -446,6 +509,14 @@ public final class ReconciliationRun: Sendable {
                     }
                     let work = AccountWork(accountId: accountId, receipts: current.receipts[accountId] ?? [],
                                            stored: current.stored[accountId] ?? [])
+                    if let unfinished = current.unfinished[accountId] {
+                        if let reason = unfinished.quarantineReason {
+                            await collect(processor.quarantined(work, reason: reason))
+                        } else {
+                            suspects.append(accountId)
+                        }
+                        continue
+                    }
                     accounts.addTask { await processor.process(work) }
                     inFlight += 1
                 }
@@ -453,6 +524,7 @@ public final class ReconciliationRun: Sendable {
             }
             while let result = try await accounts.next() { await collect(result) }
             if !pending.isEmpty { await send(pending) }
+            return suspects
         }
     }
 
@@ -462,46 +534,53 @@ public final class ReconciliationRun: Sendable {
     private func writeBatches(
         _ batches: AsyncStream<[AccountResult]>, slots: ConcurrencyLimiter, summary: RunSummary, now: Date,
         writer: ReconciliationStore, report: RunReportWriter, progress: ProgressReporter, logger: Logger
-    ) async throws -> RunSummary {
+    ) async throws -> Written {
         var summary = summary
         var failure: (any Error)?
         var sequence = 0
         for await batch in batches {
             defer { slots.release() }
             guard failure == nil else { continue }
-            var next = summary
-            for result in batch { next.add(result.counts) }
-            sequence += 1
             do {
-                try await Self.retryingLostConnections(logger: logger) { [sequence, next] in
-                    try await ensureLockHeld(logger: logger)
-                    try await writer.connection.withTransaction { _ in
-                        // A retry after a lost COMMIT acknowledgement finds the batch written already.
-                        guard try await writer.claimBatch(runId: next.runId, sequence: sequence) else { return }
-                        try await writer.writeBatch(
-                            runId: next.runId, startedAt: now, receipts: batch.flatMap(\.receiptUpdates),
-                            ledger: batch.flatMap(\.ledger), corrections: batch.flatMap(\.corrections),
-                            verifiedAccounts: batch.filter { $0.counts.outcome == .verified }.map(\.accountId),
-                            renewals: RenewalReplacement(
-                                accounts: batch.filter { $0.renewals != nil }.map(\.accountId),
-                                entries: batch.flatMap { $0.renewals ?? [] }),
-                            isDryRun: options.isDryRun)
-                        try await writer.updateRun(next)
-                    }
-                }
-                try report.appendFailures(batch.flatMap(\.failures))
-                try report.appendDisagreements(batch.flatMap(\.disagreements))
+                summary = try await commit(batch, sequence: sequence + 1, summary: summary, now: now, writer: writer, report: report, logger: logger)
             } catch {
                 failure = error
                 writerFailed.withLock { $0 = true }
                 continue
             }
-            summary = next
+            sequence += 1
             progress.report(summary)
         }
-        progress.finish()
         if let failure { throw failure }
-        return summary
+        return (summary, sequence)
+    }
+
+    /// Commits one batch in one transaction (receipt rows, ledger, planned corrections, the marks
+    /// of its accounts cleared, and the run's counts), then appends its failure lines to the
+    /// report. Returns the run's counts with the batch's.
+    private func commit(_ batch: [AccountResult], sequence: Int, summary: RunSummary, now: Date, writer: ReconciliationStore,
+                        report: RunReportWriter, logger: Logger) async throws -> RunSummary {
+        var next = summary
+        for result in batch { next.add(result.counts) }
+        try await Self.retryingLostConnections(logger: logger) { [next] in
+            try await ensureLockHeld(logger: logger)
+            try await writer.connection.withTransaction { _ in
+                // A retry after a lost COMMIT acknowledgement finds the batch written already.
+                guard try await writer.claimBatch(runId: next.runId, sequence: sequence) else { return }
+                try await writer.writeBatch(
+                    runId: next.runId, startedAt: now, receipts: batch.flatMap(\.receiptUpdates),
+                    ledger: batch.flatMap(\.ledger), corrections: batch.flatMap(\.corrections),
+                    verifiedAccounts: batch.filter { $0.counts.outcome == .verified }.map(\.accountId),
+                    renewals: RenewalReplacement(
+                        accounts: batch.filter { $0.renewals != nil }.map(\.accountId),
+                        entries: batch.flatMap { $0.renewals ?? [] }),
+                    finishedAccounts: batch.map(\.accountId), isDryRun: options.isDryRun)
+                try await writer.updateRun(next)
+            }
+        }
+        try report.appendFailures(batch.flatMap(\.failures))
+        try report.appendDisagreements(batch.flatMap(\.disagreements))
+        return next
     }
 }
 

@@ -15,4 +15,17 @@ enum TestFault {
         }
         #endif
     }
+
+    /// `RR_TEST_DIE_ON_ACCOUNT=ID`: the process kills itself (SIGKILL) when it starts verifying
+    /// account ID, with or without other accounts in flight.
+    static func dieIfPoison(accountId: String) {
+        #if DEBUG
+        if poisonAccount == accountId { kill(getpid(), SIGKILL) }
+        #endif
+    }
+
+    #if DEBUG
+    /// Read once: the environment is copied on each read, and this is asked for every account.
+    private static let poisonAccount = ProcessInfo.processInfo.environment["RR_TEST_DIE_ON_ACCOUNT"]
+    #endif
 }

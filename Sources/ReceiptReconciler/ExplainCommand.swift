@@ -114,6 +114,11 @@ enum ExplainOutput {
             var lines = ["NOT VERIFIED: no run changes this account's entitlements until every one of its receipts verifies;",
                          "  the stored rows stay as they are until then."]
             for receipt in failing {
+                if receipt.lastOutcome == ReceiptOutcome.quarantined.rawValue {
+                    lines.append(DisplayText.escaped("  receipt \(receipt.id): quarantined: \(receipt.lastFailure?.reason ?? "set aside")"
+                        + "; set aside, never sent, until `receipt-reconciler backfill --retry-quarantined` releases its account"))
+                    continue
+                }
                 var line = "  receipt \(receipt.id): \(receipt.lastOutcome ?? "?")"
                 if let failure = receipt.lastFailure {
                     line += " after \(failure.attempts) attempt(s)" + (failure.endpoints.isEmpty ? "" : " (\(failure.endpoints))")

@@ -97,7 +97,7 @@ struct BackfillCommand: AsyncParsableCommand {
     var notificationsOnly = false
 
     @Flag(help: ArgumentHelp(
-        "Release the quarantined notifications (each stopped the process three times in a row) and process them again; alone, as --notifications-only. Fix the cause first."))
+        "Release the quarantined notifications and accounts (each stopped the process three times in a row) and process them again; alone, as --notifications-only (the notifications, then the released accounts and those the notifications made due). Fix the cause first."))
     var retryQuarantined = false
 
     func validate() throws {

@@ -69,6 +69,9 @@ public enum RunReport {
         if let quarantined = summary.notificationsQuarantined, !quarantined.isEmpty {
             lines.append("  quarantined notifications: \(quarantined.count) (each stopped the process 3 times; see the report)")
         }
+        if let quarantined = summary.accountsQuarantined, !quarantined.isEmpty {
+            lines.append("  quarantined accounts: \(quarantined.count) (each stopped the process 3 times; failed unread; see the report)")
+        }
         if !summary.consumptionRequests.isEmpty { lines.append("  consumption requests: \(summary.consumptionRequests.count)") }
         if !summary.bundleMismatches.isEmpty { lines.append("  receipts of another app: \(summary.bundleMismatches.count) (see the report)") }
         if let skipped = summary.accountsNotCrossChecked, skipped > 0 {
@@ -180,6 +183,13 @@ public enum RunReport {
             text += "\nEach stopped the process every time it was processed. Later runs skip them; "
                 + "`receipt-reconciler backfill --retry-quarantined` releases them once the cause is fixed.\n"
         }
+        if let quarantined = summary.accountsQuarantined, !quarantined.isEmpty {
+            text += "\n## Quarantined accounts (set aside, not verified)\n\n"
+            text += list(quarantined)
+            text += "\nEach stopped the process three times in a row while it was verified alone. Their receipts fail unread "
+                + "(nothing granted, nothing revoked) until `receipt-reconciler backfill --retry-quarantined` releases them "
+                + "once the cause is fixed.\n"
+        }
         if let rejected = summary.notificationsRejected, !rejected.isEmpty {
             text += "\n## Rejected notifications (nothing of them was used)\n\n"
             text += list(rejected)
@@ -251,9 +261,10 @@ public enum RunReport {
             lines.append("receipt_reconciler_last_run_corrections{kind=\"\(summary.kind.rawValue)\",correction=\"\(kind.rawValue)\"} \(summary.corrections[kind.rawValue] ?? 0)")
         }
         lines += [
-            "# HELP receipt_reconciler_last_run_quarantined Stored rows the last run set aside: processing them stopped the process three times in a row.",
+            "# HELP receipt_reconciler_last_run_quarantined Rows set aside because processing them stopped the process three times in a row: notifications the last run quarantined, accounts it found quarantined (failed unread).",
             "# TYPE receipt_reconciler_last_run_quarantined gauge",
             "receipt_reconciler_last_run_quarantined{\(kind),row=\"notification\"} \(summary.notificationsQuarantined?.count ?? 0)",
+            "receipt_reconciler_last_run_quarantined{\(kind),row=\"account\"} \(summary.accountsQuarantined?.count ?? 0)",
             "# HELP receipt_reconciler_last_run_apple_requests Requests sent to Apple in the last run.",
             "# TYPE receipt_reconciler_last_run_apple_requests gauge",
             "receipt_reconciler_last_run_apple_requests{\(kind)} \(summary.appleRequests)",

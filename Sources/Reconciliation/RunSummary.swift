@@ -115,6 +115,10 @@ public struct RunSummary: Sendable, Codable, Equatable {
     /// Notifications quarantined by this run: their processing was started and never finished
     /// (the process died) three times in a row. Optional so that older summaries still decode.
     public var notificationsQuarantined: [String]?
+    /// Accounts set aside (each stopped the process three times in a row: quarantined by this
+    /// run or an earlier one), failed unread, as `account ID: reason`. Optional so that older
+    /// summaries still decode.
+    public var accountsQuarantined: [String]?
 
     /// Receipts of another app (`foreign_bundle`: a fraud signal), listed.
     public var bundleMismatches: [String] = []
@@ -164,6 +168,9 @@ public struct RunSummary: Sendable, Codable, Equatable {
         receiptsNotDecodedLocally += account.receiptsNotDecodedLocally
         latestReceiptsStored += account.latestReceiptsStored
         latestReceiptsIgnored += account.latestReceiptsIgnored
+        if let quarantined = account.quarantined, (accountsQuarantined?.count ?? 0) < 1_000 {
+            accountsQuarantined = (accountsQuarantined ?? []) + [quarantined]
+        }
         if account.otherSourceFailed { accountsNotCrossChecked = (accountsNotCrossChecked ?? 0) + 1 }
         for disagreement in account.disagreements {
             disagreements = disagreements ?? [:]
@@ -211,6 +218,8 @@ public struct AccountOutcomeCounts: Sendable {
     public var disagreements: [Disagreement] = []
     /// `--source both`: the source that is not the authority could not verify the account.
     public var otherSourceFailed = false
+    /// `account ID: reason` when the account is quarantined: set aside, not verified.
+    public var quarantined: String?
 
     public init(outcome: AccountOutcome) {
         self.outcome = outcome

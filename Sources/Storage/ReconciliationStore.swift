@@ -89,6 +89,8 @@ public struct ReconciliationStore: Sendable {
         public var accounts: [String]
         public var receipts: [String: [StoredReceipt]]
         public var stored: [String: [Entitlement]]
+        /// The page's accounts that an earlier run started and never finished, or set aside.
+        public var unfinished: [String: UnfinishedAccount]
         /// Where the next page starts: the last account, or the last position of a plan.
         public var cursor: String?
     }
@@ -96,13 +98,22 @@ public struct ReconciliationStore: Sendable {
     /// The next page after `after`, read from one snapshot: a purchase the app server commits
     /// meanwhile (a receipt and its entitlement) is seen whole or not at all, never as an
     /// entitlement without the receipt that supports it, which would plan a revoke.
-    public func page(after: String, limit: Int, selection: AccountSelection, now: Date, maximumReceiptBytes: Int = 8 << 20) async throws -> AccountPage {
-        try await connection.withTransaction(.snapshotReadOnly) { _ in
+    ///
+    /// With `markingFor`, the page's accounts that no earlier run left unfinished are then marked
+    /// as started by that run (`markStarted`), before any of them is worked on.
+    public func page(after: String, limit: Int, selection: AccountSelection, now: Date, maximumReceiptBytes: Int = 8 << 20,
+                     markingFor runId: Int64? = nil) async throws -> AccountPage {
+        let page = try await connection.withTransaction(.snapshotReadOnly) { _ in
             let accounts = try await self.accounts(after: after, limit: limit, selection: selection, now: now)
             return AccountPage(
                 accounts: accounts, receipts: try await receipts(of: accounts, maximumReceiptBytes: maximumReceiptBytes),
-                stored: try await entitlements(of: accounts), cursor: Self.cursor(after: after, page: accounts, selection: selection))
+                stored: try await entitlements(of: accounts), unfinished: try await unfinished(of: accounts),
+                cursor: Self.cursor(after: after, page: accounts, selection: selection))
         }
+        if let runId {
+            try await markStarted(page.accounts.filter { page.unfinished[$0] == nil }, runId: runId)
+        }
+        return page
     }
 
     /// Where the page after `page` starts: its last account, or for a plan the position of its
@@ -177,8 +188,10 @@ public struct ReconciliationStore: Sendable {
     /// replaces any older plan this run took over.
     public func writeBatch(
         runId: Int64, startedAt: Date, receipts: [ReceiptUpdate], ledger: [LedgerEntry], corrections: [Correction],
-        verifiedAccounts: [String], renewals: RenewalReplacement = RenewalReplacement(), isDryRun: Bool
+        verifiedAccounts: [String], renewals: RenewalReplacement = RenewalReplacement(), finishedAccounts: [String] = [], isDryRun: Bool
     ) async throws {
+        // The accounts' results commit here: they were started and finished (a dry run's too).
+        try await clearStarted(finishedAccounts)
         if !isDryRun {
             try await updateReceipts(runId: runId, startedAt: startedAt, receipts)
             try await upsertLedger(ledger)

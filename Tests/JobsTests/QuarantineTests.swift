@@ -80,4 +80,93 @@ import TestSupport
             #expect(try after.decode("unfinished_starts", as: Int.self) == 0)
         }
     }
+
+    /// An account on which the process dies, among 240 verified 8 at a time: the first run dies
+    /// with others in flight beside it; the next runs finish every other account and verify the
+    /// suspects alone, so only the poison one is counted again; the fourth run sets it aside.
+    @Test func anAccountThatKillsThreeRunsInARowIsQuarantinedAndNoInnocentOneIs() async throws {
+        try await RunWorld.with("quarantine-account") { world in
+            let accounts = 240
+            try await OperationsTests.populate(world, count: accounts)
+            let poison = "acct-00130"
+            let arguments = ["--concurrency", "8", "--batch-size", "20"]
+            var dying = OperationsTests.environment(world)
+            dying["RR_TEST_DIE_ON_ACCOUNT"] = poison
+            func night(_ name: String, environment: [String: String], _ more: [String] = ["run"]) throws -> CLIProcess {
+                try CLIProcess(more + ["--report-dir", world.reportRoot.appending(path: name).path] + arguments, environment: environment)
+            }
+            func starts(_ account: String) async throws -> Int {
+                try await world.count("SELECT COALESCE((SELECT unfinished_starts FROM iap.unfinished_accounts WHERE account_id = '\(account)'), 0)")
+            }
+
+            // Night 1 dies with the poison and its neighbours in flight: all of them are suspects now.
+            let first = try night("night-1", environment: dying)
+            _ = try await first.wait()
+            #expect(first.process.terminationReason == .uncaughtSignal && first.process.terminationStatus == SIGKILL)
+            #expect(try await starts(poison) == 1)
+            let suspects = try await world.count("SELECT count(*) FROM iap.unfinished_accounts")
+            #expect(suspects > 1, "the accounts in flight beside the poison are suspects too")
+            #expect(try await world.count("SELECT max(unfinished_starts) FROM iap.unfinished_accounts") == 1)
+
+            // Nights 2 and 3 finish every other account first, then die on the poison, verified alone.
+            for number in 2...3 {
+                let cli = try night("night-\(number)", environment: dying)
+                _ = try await cli.wait()
+                #expect(cli.process.terminationReason == .uncaughtSignal && cli.process.terminationStatus == SIGKILL, "night \(number)")
+                #expect(try await starts(poison) == number, "night \(number)")
+                // No innocent account was ever counted twice.
+                #expect(try await world.count("SELECT count(*) FROM iap.unfinished_accounts WHERE unfinished_starts > 1 AND account_id <> '\(poison)'") == 0)
+            }
+            // Everything but the poison and the suspects queued after it was verified and committed.
+            let verified = try await world.count("SELECT count(DISTINCT account_id) FROM iap.app_receipts WHERE last_outcome = 'verified'")
+            let waiting = try await world.count("SELECT count(*) FROM iap.unfinished_accounts")
+            #expect(verified + waiting == accounts && waiting < suspects)
+
+            // Night 4 sets the poison aside and completes everything else, each account once.
+            let fourth = try await CLIProcess.run(
+                ["run", "--report-dir", world.reportRoot.appending(path: "night-4").path] + arguments, environment: dying)
+            #expect(fourth.status == 0, "\(fourth.stderr.suffix(2000))")
+            #expect(fourth.stdout.contains("quarantined accounts: 1"), "\(fourth.stdout)")
+            let row = try await world.connection.query("""
+                SELECT unfinished_starts, quarantined_at IS NOT NULL AS quarantined, quarantine_reason FROM iap.unfinished_accounts
+                """)
+            #expect(row.count == 1)
+            #expect(try row.first?.decode("quarantined", as: Bool.self) == true)
+            #expect(try row.first?.decode("quarantine_reason", as: String?.self)?.contains("started 3 times and never finished") == true)
+            #expect(try await world.count("SELECT count(DISTINCT account_id) FROM iap.app_receipts WHERE last_outcome = 'verified'") == accounts - 1)
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE account_id = '\(poison)' AND last_outcome = 'quarantined'") == 1)
+            // Every other account's correction applied once; none for the poison, whose rows stay as they were.
+            #expect(try await world.count("SELECT count(DISTINCT account_id) FROM iap.corrections WHERE status = 'applied'") == accounts - 1)
+            #expect(try await world.count("""
+                SELECT count(*) FROM (SELECT 1 FROM iap.corrections WHERE status = 'applied' GROUP BY account_id, product_id HAVING count(*) > 1) twice
+                """) == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE account_id = '\(poison)'") == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE account_id = '\(poison)'") == 0)
+            let failures = try String(contentsOf: world.reportRoot.appending(path: "night-4/failures.csv"), encoding: .utf8)
+            #expect(failures.contains("\(poison),") && failures.contains(",quarantined,"), "\(failures)")
+            let markdown = try String(contentsOf: world.reportRoot.appending(path: "night-4/summary.md"), encoding: .utf8)
+            #expect(markdown.contains("## Quarantined accounts") && markdown.contains("account \(poison): verifying this account started 3 times"))
+            let metrics = try await world.connection.query("SELECT status FROM iap.reconciliation_runs ORDER BY id DESC LIMIT 1")
+            #expect(try metrics[0].decode("status", as: String.self) == "completed")
+            let explained = try await ExplainTests.explain(world, [poison])
+            #expect(explained.stdout.contains("quarantined: verifying this account started 3 times"), "\(explained.stdout)")
+            #expect(explained.stdout.contains("backfill --retry-quarantined"))
+
+            // Night 5 lists it again and never starts it, though the fault is still armed.
+            let fifth = try await CLIProcess.run(
+                ["run", "--report-dir", world.reportRoot.appending(path: "night-5").path] + arguments, environment: dying)
+            #expect(fifth.status == 0, "\(fifth.stderr.suffix(2000))")
+            #expect(fifth.stdout.contains("quarantined accounts: 1"), "\(fifth.stdout)")
+            #expect(fifth.stdout.contains("Apple requests: 0"), "\(fifth.stdout)")
+
+            // Released once the cause is fixed (here: the fault gone), it is verified and corrected.
+            let released = try await CLIProcess.run(
+                ["backfill", "--retry-quarantined", "--report-dir", world.reportRoot.appending(path: "retry").path] + arguments,
+                environment: OperationsTests.environment(world))
+            #expect(released.status == 0, "\(released.stderr.suffix(2000))")
+            #expect(try await world.count("SELECT count(*) FROM iap.unfinished_accounts") == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE account_id = '\(poison)' AND last_outcome = 'verified'") == 1)
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE account_id = '\(poison)' AND status = 'applied'") >= 1)
+        }
+    }
 }
