@@ -151,6 +151,11 @@ enum ExplainOutput {
             }
             out += DisplayText.escaped(line) + "\n"
         }
+        if let quarantine = evidence.quarantine {
+            out += "\n" + DisplayText.escaped("QUARANTINED since \(time(quarantine.since)): \(quarantine.reason).") + "\n"
+                + "  Its receipts fail unread and no run changes its entitlements until `receipt-reconciler backfill --retry-quarantined`"
+                + " releases it.\n"
+        }
         let notVerified = Self.standing(standing)
         if !notVerified.isEmpty { out += "\n" + notVerified.joined(separator: "\n") + "\n" }
         out += "\nEntitlements: the rules' decision from the stored evidence, beside the stored row\n"
@@ -217,6 +222,13 @@ enum ExplainOutput {
         out += evidence.notifications.isEmpty ? "  (none)\n" : table(
             ["id", "received", "type", "outcome", "processed", "reason"],
             evidence.notifications.map { [String($0.id), time($0.receivedAt), $0.type, $0.outcome ?? "unprocessed", time($0.processedAt), $0.reason ?? "-"] })
+        let quarantined = evidence.quarantinedNotificationIds
+        if !quarantined.isEmpty {
+            let shown = quarantined.prefix(10).map(String.init).joined(separator: ", ") + (quarantined.count > 10 ? ", ..." : "")
+            out += "  and \(quarantined.count) quarantined notification(s) of no known account (\(shown)): each stopped the process "
+                + "three times before it was matched, so any of them may concern this account; "
+                + "`receipt-reconciler backfill --retry-quarantined` processes them once the cause is fixed\n"
+        }
         return out
     }
 
@@ -290,6 +302,8 @@ enum ExplainOutput {
                     "kind": correction.kind, "status": correction.status, "applied_at": time(correction.appliedAt), "reason": correction.reason,
                 ] as [String: Any]
             },
+            "quarantine": evidence.quarantine.map { ["since": time($0.since), "reason": $0.reason] as [String: Any] } ?? NSNull(),
+            "quarantined_notification_ids": evidence.quarantinedNotificationIds,
             "notifications": evidence.notifications.map { notification in
                 [
                     "id": notification.id, "received_at": time(notification.receivedAt), "type": notification.type,

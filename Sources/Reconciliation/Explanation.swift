@@ -110,6 +110,22 @@ public struct AccountEvidence: Sendable {
     public var entitlements: [Entitlement]
     public var corrections: [CorrectionRecord]
     public var notifications: [NotificationRecord]
+    /// When and why the account was set aside (contract section 11); nil when it is not.
+    public var quarantine: Quarantine?
+    /// Every quarantined notification, of any account: one was never matched, so any of them
+    /// may concern this account.
+    public var quarantinedNotificationIds: [Int64] = []
+
+    /// An account set aside: verifying it stopped the process three times in a row.
+    public struct Quarantine: Sendable, Equatable {
+        public var since: Date
+        public var reason: String
+
+        public init(since: Date, reason: String) {
+            self.since = since
+            self.reason = reason
+        }
+    }
 
     public init(accountId: String, receipts: [Receipt] = [], ledger: [LedgerTransaction] = [], renewals: [Renewal] = [],
                 entitlements: [Entitlement] = [], corrections: [CorrectionRecord] = [], notifications: [NotificationRecord] = []) {

@@ -90,6 +90,13 @@ public struct EvidenceStore: Sendable {
                     type: Self.type(v1: try row.decode("v1_type"), signedPayload: try row.decode("signed_payload"), outcome: outcome),
                     outcome: outcome, reason: try row.decode("reason"))
             }
+            evidence.quarantine = try await connection.query("""
+                SELECT quarantined_at, quarantine_reason FROM iap.unfinished_accounts
+                WHERE account_id = \(accountId) AND quarantined_at IS NOT NULL
+                """).first.map { AccountEvidence.Quarantine(since: try $0.decode("quarantined_at"), reason: try $0.decode("quarantine_reason")) }
+            evidence.quarantinedNotificationIds = try await connection.query("""
+                SELECT id FROM iap.notifications WHERE quarantined_at IS NOT NULL ORDER BY id
+                """).map { try $0.decode("id") }
             return evidence
         }
     }

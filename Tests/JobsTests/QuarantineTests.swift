@@ -61,6 +61,10 @@ import TestSupport
             #expect(failures.contains(",,quarantined,,3,,notification \(poisonId): processing started 3 times"), "\(failures)")
             let markdown = try String(contentsOf: world.reportRoot.appending(path: "night-4/summary.md"), encoding: .utf8)
             #expect(markdown.contains("## Quarantined notifications"))
+            // explain cannot tell whose it is (it was never matched), so every account's says it exists.
+            let account = try await world.connection.query("SELECT account_id FROM iap.notifications WHERE id = \(refundId)")[0]
+            let explained = try await ExplainTests.explain(world, [try account.decode("account_id")])
+            #expect(explained.stdout.contains("1 quarantined notification(s) of no known account (\(poisonId))"), "\(explained.stdout)")
 
             // Later runs skip it, even with the fault still armed.
             let fifth = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.appending(path: "night-5").path] + arguments,
@@ -150,7 +154,15 @@ import TestSupport
             #expect(try metrics[0].decode("status", as: String.self) == "completed")
             let explained = try await ExplainTests.explain(world, [poison])
             #expect(explained.stdout.contains("quarantined: verifying this account started 3 times"), "\(explained.stdout)")
+            #expect(explained.stdout.contains("QUARANTINED since"), "\(explained.stdout)")
             #expect(explained.stdout.contains("backfill --retry-quarantined"))
+            let json = try await ExplainTests.explain(world, [poison, "--json"])
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+            let quarantine = try #require(object["quarantine"] as? [String: Any])
+            #expect((quarantine["reason"] as? String)?.contains("started 3 times") == true)
+            #expect((object["quarantined_notification_ids"] as? [Any])?.isEmpty == true)
+            let innocent = try await ExplainTests.explain(world, ["acct-00129", "--json"])
+            #expect((try JSONSerialization.jsonObject(with: Data(innocent.stdout.utf8)) as? [String: Any])?["quarantine"] is NSNull)
 
             // Night 5 lists it again and never starts it, though the fault is still armed.
             let fifth = try await CLIProcess.run(
