@@ -25,6 +25,8 @@ public final class AppleSimulator: Sendable {
     /// Get Notification History's notifications, signed at start.
     let apiNotifications: [SimulatedHistoryNotification]
     private let verifyRequests = Locked(0)
+    /// verifyReceipt requests that asked `exclude-old-transactions: true`.
+    private let excludingOldTransactions = Locked(0)
     /// The benchmark's night (`POST /__night/N`): specs answer with their `night2` changes from 2 on.
     private let night = Locked(1)
     private let server: LoopbackHTTPServer
@@ -65,6 +67,7 @@ public final class AppleSimulator: Sendable {
                 "max_open_connections": stats.maximumOpenConnections, "max_in_flight": stats.maximumInFlight,
                 // Every HTTP request so far, this one included: what reached "Apple" on any path.
                 "http_requests": stats.requests,
+                "exclude_old_transactions_requests": excludingOldTransactions.withLock { $0 },
             ]))
         }
         if method == "GET" && path == "/__api_stats" {
@@ -87,6 +90,7 @@ public final class AppleSimulator: Sendable {
         default: return .respond(status: 404, body: Array("not found\n".utf8))
         }
         verifyRequests.withLock { $0 += 1 }
+        _ = apiTraffic.admit("verifyReceipt", environment: endpoint, limited: false)
         guard method == "POST" else { return .respond(status: 200, body: Self.json(["status": 21000])) }
         guard let request = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any],
               let receiptData = request["receipt-data"] as? String
@@ -150,6 +154,7 @@ public final class AppleSimulator: Sendable {
             return .respond(status: 200, body: Self.json(["status": 21008]))
         }
 
+        if request["exclude-old-transactions"] as? Bool == true { excludingOldTransactions.withLock { $0 += 1 } }
         let answer: [UInt8]
         do {
             answer = try receipt.answer(receiptData: normalized, environment: endpoint,

@@ -73,7 +73,9 @@ final class SimulatedAPITraffic: Sendable {
     }
 
     /// Counts one request; nil lets it through, else the UNIX milliseconds to send as `Retry-After`.
-    func admit(_ endpoint: String, environment: String) -> Int64? {
+    /// `limited: false` only records it (verifyReceipt has no quota): its arrivals are what a test
+    /// of `--rate-limit` reads.
+    func admit(_ endpoint: String, environment: String, limited: Bool = true) -> Int64? {
         let now = Date()
         let milliseconds = Int64(now.timeIntervalSince1970 * 1000)
         let started = started.withLock { started in
@@ -84,7 +86,7 @@ final class SimulatedAPITraffic: Sendable {
         return state.withLock { state in
             var traffic = state["\(endpoint)/\(environment)", default: Endpoint()]
             defer { state["\(endpoint)/\(environment)"] = traffic }
-            if let quota {
+            if let quota, limited {
                 let window = Int(now.timeIntervalSince(started) / quota.windowSeconds)
                 if window != traffic.window { (traffic.window, traffic.inWindow) = (window, 0) }
                 if traffic.inWindow >= quota.allowance(endpoint, environment: environment) {

@@ -103,7 +103,9 @@ import TestSupport
             #expect(retry.contains("decided  billing_retry, not entitled"), "\(retry)")
             #expect(retry.contains("Apple is still trying to bill"))
             #expect(retryText.contains("Renewal state Apple last gave"))
-            #expect(retryText.contains("yes"))  // billing retry in the renewal table
+            // The renewal table's row: chain, product, auto-renew, next product, billing retry, ...
+            let renewalRow = Self.rows(retryText, section: "Renewal state Apple last gave").dropFirst().first ?? []
+            #expect(renewalRow.count >= 5 && renewalRow[1] == "pro.monthly" && renewalRow[4] == "yes", "\(renewalRow)")
 
             let family = Self.block(try await Self.explain(world, ["family"]).stdout, product: "pro.monthly")
             #expect(family.contains("family sharing"), "\(family)")
@@ -129,7 +131,19 @@ import TestSupport
             #expect(notifications.range(of: "v2 (unverified)")!.lowerBound < notifications.range(of: "v1 DID_RENEW")!.lowerBound)
             // Corrections ever made, with their run.
             #expect(notified.contains("Corrections, newest first\n"))
-            #expect(notified.contains("grant"))
+            // run, run started, product, kind, status, applied, reason
+            let corrections = Self.rows(notified, section: "Corrections, newest first").dropFirst()
+            #expect(corrections.contains { $0.count >= 5 && $0[3] == "grant" && $0[4] == "applied" }, "\(corrections)")
+        }
+    }
+
+    /// The cells of each table line in one section of the text layout (columns are separated by
+    /// two spaces or more), the header first.
+    static func rows(_ text: String, section title: String) -> [[String]] {
+        guard let start = text.range(of: title + "\n") else { return [] }
+        let lines = text[start.upperBound...].split(separator: "\n", omittingEmptySubsequences: false)
+        return lines.prefix { $0.hasPrefix("  ") }.map { line in
+            line.split(separator: /\s{2,}/).map(String.init)
         }
     }
 

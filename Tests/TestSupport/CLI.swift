@@ -14,7 +14,9 @@ public final class CLIProcess: @unchecked Sendable {
 
     /// `parentBlocksNoSignal`: started as a shell or cron starts it, with no signal blocked. By
     /// default it inherits the mask of the test thread that starts it, which blocks every signal.
-    public init(_ arguments: [String], environment: [String: String], parentBlocksNoSignal: Bool = false) throws {
+    /// `standardInput`: what it reads on stdin (by default nothing: /dev/null).
+    public init(_ arguments: [String], environment: [String: String], parentBlocksNoSignal: Bool = false,
+                standardInput: Data? = nil) throws {
         let binary = TestPaths.binaries.appending(path: "receipt-reconciler")
         if parentBlocksNoSignal {
             // Python clears the mask and becomes the CLI (exec keeps the pid the test signals).
@@ -38,15 +40,25 @@ public final class CLIProcess: @unchecked Sendable {
         let errors = Pipe()
         process.standardOutput = output
         process.standardError = errors
-        process.standardInput = FileHandle.nullDevice
+        let input = standardInput.map { _ in Pipe() }
+        process.standardInput = input ?? FileHandle.nullDevice
         try process.run()
+        if let input, let standardInput {
+            // Written on a thread of its own: a large input must not wait on the pipe in a cooperative thread.
+            Thread.detachNewThread {
+                try? input.fileHandleForWriting.write(contentsOf: standardInput)
+                try? input.fileHandleForWriting.close()
+            }
+        }
         stdout = PipeDrain(output.fileHandleForReading)
         stderr = PipeDrain(errors.fileHandleForReading)
     }
 
     /// Runs to the end and returns the exit status with everything printed.
-    public static func run(_ arguments: [String], environment: [String: String]) async throws -> (status: Int32, stdout: String, stderr: String) {
-        let cli = try CLIProcess(arguments, environment: environment)
+    public static func run(_ arguments: [String], environment: [String: String], standardInput: Data? = nil) async throws
+        -> (status: Int32, stdout: String, stderr: String)
+    {
+        let cli = try CLIProcess(arguments, environment: environment, standardInput: standardInput)
         return try await cli.wait()
     }
 

@@ -1,0 +1,337 @@
+import Foundation
+import Postgres
+import Testing
+import TestSupport
+
+/// The command line as a user runs it (issue 33): each option and variable here is given to the
+/// built executable, with a real PostgreSQL and the simulator, and what it promises is observed
+/// in the database, the report or the simulator's own request log, not only that it parses.
+/// `CommandLineCoverageTests` holds the list of which test covers which option.
+@Suite struct CommandLineContractTests {
+    static func environment(_ world: RunWorld) -> [String: String] { OperationsTests.environment(world) }
+
+    /// Stored: every account entitled far into the future; Apple: about a quarter have expired.
+    static func revokeWorld(_ world: RunWorld, accounts: Int) async throws {
+        try await OperationsTests.populate(world, count: accounts)
+        try await world.connection.execute("""
+            INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, state, entitled, expires_at, updated_at)
+            SELECT account_id, 'pro.monthly', 'x', 'active', true, now() + interval '90 days', now() FROM iap.app_receipts
+            """)
+    }
+
+    /// The revoke ratio is the user's, and it counts only from 100 accounts: at 99 accounts a
+    /// quarter revoked is applied; at 100 it aborts at the default 10 %, and applies at 30 %.
+    @Test(arguments: [(99, nil, Int32(0)), (100, nil, Int32(3)), (100, "0.3", Int32(0))])
+    func theRevokeRatioIsTheUsersAndCountsFromAHundredAccounts(accounts: Int, ratio: String?, status: Int32) async throws {
+        try await RunWorld.with("ratio") { world in
+            try await Self.revokeWorld(world, accounts: accounts)
+            let arguments = ["run", "--report-dir", world.reportRoot.path] + (ratio.map { ["--max-revoke-ratio", $0] } ?? [])
+            let result = try await CLIProcess.run(arguments, environment: Self.environment(world))
+            #expect(result.status == status, "\(result.stdout)\(result.stderr.suffix(1000))")
+            let revoked = try await world.count("SELECT count(*) FROM iap.entitlements WHERE NOT entitled")
+            let planned = try await world.count("SELECT count(*) FROM iap.corrections WHERE kind = 'revoke'")
+            #expect(planned > accounts / 5 && planned < accounts / 3, "\(planned) revokes planned")
+            #expect(revoked == (status == 0 ? planned : 0))
+        }
+    }
+
+    /// `--sandbox deny`: a sandbox purchase grants nothing; the default (allow) grants it.
+    @Test func sandboxDenyGrantsNothingFromASandboxReceipt() async throws {
+        try await RunWorld.with("sandbox") { world in
+            try await world.addReceipt("reviewer", spec: ["environment": "Sandbox", "generate": ["subscriptions": [
+                world.subscription(original: "500", endDays: 10),
+            ]]])
+            let denied = try await CLIProcess.run(["run", "--sandbox", "deny", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            #expect(denied.status == 0, "\(denied.stderr.suffix(1000))")
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE entitled") == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE environment = 'Sandbox' AND last_outcome = 'verified'") == 1)
+            let allowed = try await CLIProcess.run(["backfill", "--all", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            #expect(allowed.status == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE entitled AND environment = 'Sandbox'") == 1)
+        }
+    }
+
+    /// `--exclude-old-transactions` is sent to Apple (the simulator counts the requests that ask
+    /// it), which then lists only the latest renewal of each chain in `latest_receipt_info`; a
+    /// default run asks for the whole history.
+    @Test func excludeOldTransactionsIsSentToApple() async throws {
+        try await RunWorld.with("exclude") { world in
+            try await world.addReceipt("subscriber", spec: ["generate": ["subscriptions": [
+                world.subscription(original: "600", renewals: 5, endDays: 10),
+            ]]])
+            let latest = try await CLIProcess.run(["run", "--exclude-old-transactions", "--report-dir", world.reportRoot.path],
+                                                  environment: Self.environment(world))
+            #expect(latest.status == 0)
+            #expect(try await world.simulator.statistics()["exclude_old_transactions_requests"] == 1)
+            #expect(try await CLIProcess.run(["backfill", "--all", "--report-dir", world.reportRoot.path], environment: Self.environment(world)).status == 0)
+            #expect(try await world.simulator.statistics()["exclude_old_transactions_requests"] == 1)
+            #expect(try await world.simulator.statistics()["apple_requests"] == 2)
+        }
+    }
+
+    /// The secret in `--shared-secret-file` is what Apple is sent, and wins over the variable.
+    @Test func theSharedSecretFileIsWhatAppleIsSentAndWinsOverTheVariable() async throws {
+        try await RunWorld.with("secretfile") { world in
+            try await OperationsTests.populate(world, count: 3)
+            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
+            let file = world.reportRoot.appending(path: "secret")
+            try Data("\(world.secret)\n".utf8).write(to: file)
+            chmod(file.path, 0o600)
+            let environment = OperationsTests.environment(world, secret: "not-this-one")
+            let wrong = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: environment)
+            #expect(wrong.status == 2, "the variable's secret is refused by Apple: \(wrong.stdout)")
+            let right = try await CLIProcess.run(["run", "--shared-secret-file", file.path, "--report-dir", world.reportRoot.path],
+                                                 environment: environment)
+            #expect(right.status == 0, "\(right.stdout)\(right.stderr.suffix(1000))")
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome = 'verified'") == 3)
+        }
+    }
+
+    /// `backfill --notifications-only` processes the stored notifications, then verifies the
+    /// accounts they made due and no other, though every account is due.
+    @Test func notificationsOnlyVerifiesJustTheAccountsTheyMadeDue() async throws {
+        try await RunWorld.with("notifonly") { world in
+            try await OperationsTests.populate(world, count: 4)
+            #expect(try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world)).status == 0)
+            let first = try await world.count("SELECT max(last_run_id) FROM iap.app_receipts")
+            try await world.connection.execute("UPDATE iap.app_receipts SET last_verified_at = now() - interval '3 days'")
+            try await NotificationTests.store(world, [NotificationTests.notification("DID_RENEW", password: world.secret, original: "10002")])
+            let result = try await CLIProcess.run(["backfill", "--notifications-only", "--report-dir", world.reportRoot.path],
+                                                  environment: Self.environment(world))
+            #expect(result.status == 0, "\(result.stderr.suffix(1000))")
+            let rerun = try await world.connection.query("SELECT account_id FROM iap.app_receipts WHERE last_run_id > \(first)")
+            #expect(try rerun.map { try $0.decode("account_id", as: String.self) } == ["acct-00002"])
+            #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE processed_at IS NOT NULL") == 1)
+        }
+    }
+
+    /// `--rate-limit R`: the simulator's own log of arrivals shows R a second at most, and 30
+    /// requests spread over at least 29 intervals of 1/R, with 8 allowed in flight.
+    @Test func theRateLimitSpacesRequestsAsTheSimulatorSeesThem() async throws {
+        try await RunWorld.with("ratelimit") { world in
+            try await OperationsTests.populate(world, count: 30)
+            let result = try await CLIProcess.run(["run", "--rate-limit", "10", "--concurrency", "8", "--report-dir", world.reportRoot.path],
+                                                  environment: Self.environment(world))
+            #expect(result.status == 0)
+            let arrivals = try #require(try await world.simulator.apiStatistics()["verifyReceipt/Production"]).arrivals.sorted()
+            #expect(arrivals.count == 30)
+            // The limiter gives turns 100 ms apart; a simulator stalled by a loaded machine stamps a few late.
+            #expect(try #require(arrivals.last) - arrivals[0] >= 2_900 - 50, "\(arrivals)")
+            #expect(APIBudgetTests.busiest(arrivals, span: 1_000) <= 10 + 4, "\(arrivals)")
+        }
+    }
+
+    /// `--ledger-refresh 0` rewrites every ledger row each run, so an edit made outside the job
+    /// heals at once; the default leaves an unchanged answer's rows alone for a week.
+    @Test func ledgerRefreshZeroHealsAnEditMadeOutsideTheJob() async throws {
+        try await RunWorld.with("refresh") { world in
+            try await world.addReceipt("edited", spec: ["generate": ["subscriptions": [world.subscription(original: "700", endDays: 10)]]])
+            let arguments = ["--report-dir", world.reportRoot.path]
+            #expect(try await CLIProcess.run(["run"] + arguments, environment: Self.environment(world)).status == 0)
+            func night(_ extra: [String]) async throws {
+                try await world.connection.execute("UPDATE iap.transactions SET quantity = 7")
+                try await world.connection.execute("UPDATE iap.app_receipts SET last_verified_at = now() - interval '3 days'")
+                #expect(try await CLIProcess.run(["run"] + extra + arguments, environment: Self.environment(world)).status == 0)
+            }
+            try await night([])
+            let ledger = try await world.count("SELECT count(*) FROM iap.transactions")
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE quantity = 7") == ledger, "\(ledger) rows")
+            try await night(["--ledger-refresh", "0"])
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE quantity = 7") == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions") == ledger && ledger == 3)
+        }
+    }
+
+    /// `--progress-interval`: off a terminal, a `run.progress` line at most this often, as batches
+    /// commit. A run made to last at least 1.8 s (6 accounts, one at a time, 300 ms each, a batch
+    /// each) writes several at 200 ms; none at the default 10 s unless the machine makes it last
+    /// that long.
+    @Test func theProgressIntervalIsHowOftenAProgressLineIsWritten() async throws {
+        try await RunWorld.with("progress") { world in
+            try await OperationsTests.populate(world, count: 6, latencyFault: 300)
+            let started = ContinuousClock.now
+            let often = try await CLIProcess.run(
+                ["run", "--concurrency", "1", "--batch-size", "1", "--progress-interval", "200ms", "--report-dir", world.reportRoot.path],
+                environment: Self.environment(world))
+            let took = ContinuousClock.now - started
+            #expect(often.status == 0)
+            #expect(often.stderr.components(separatedBy: "run.progress").count - 1 >= 3, "\(often.stderr)")
+            // `--batch-size 1`: a transaction an account.
+            #expect(try await world.count("SELECT batches_written FROM iap.reconciliation_runs") == 6)
+            try await world.connection.execute("UPDATE iap.app_receipts SET last_verified_at = NULL")
+            let started2 = ContinuousClock.now
+            let seldom = try await CLIProcess.run(["run", "--concurrency", "1", "--batch-size", "1", "--report-dir", world.reportRoot.path],
+                                                  environment: Self.environment(world))
+            let lines = seldom.stderr.components(separatedBy: "run.progress").count - 1
+            #expect(lines <= Int((ContinuousClock.now - started2) / .seconds(10)), "\(lines) lines after \(took)")
+        }
+    }
+
+    /// Backfill selections from the command line: `--since`/`--until` (receipt `updated_at`,
+    /// half-open), `--account`, `--receipt-id`, `--product`; each run verifies exactly its accounts.
+    @Test func backfillSelectsWhatItsOptionsName() async throws {
+        try await RunWorld.with("selections") { world in
+            try await OperationsTests.populate(world, count: 4)
+            try await world.connection.execute("""
+                UPDATE iap.app_receipts SET updated_at = CASE account_id
+                    WHEN 'acct-00000' THEN '2026-01-01Z'::timestamptz WHEN 'acct-00001' THEN '2026-02-01Z'::timestamptz
+                    WHEN 'acct-00002' THEN '2026-03-01Z'::timestamptz ELSE '2026-04-01Z'::timestamptz END
+                """)
+            try await world.connection.execute("""
+                INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, state, entitled, updated_at)
+                VALUES ('acct-00003', 'gold.lifetime', 'g', 'active', true, now())
+                """)
+            let receiptOfAccount1: Int64 = try await world.connection.query("SELECT id FROM iap.app_receipts WHERE account_id = 'acct-00001'")[0].decode("id")
+            func backfill(_ selection: [String]) async throws -> [String] {
+                let result = try await CLIProcess.run(["backfill"] + selection + ["--report-dir", world.reportRoot.path],
+                                                      environment: Self.environment(world))
+                #expect(result.status == 0, "\(selection): \(result.stderr.suffix(1000))")
+                return try await world.connection.query("""
+                    SELECT account_id FROM iap.app_receipts WHERE last_run_id = (SELECT max(id) FROM iap.reconciliation_runs) ORDER BY 1
+                    """).map { try $0.decode("account_id") }
+            }
+            #expect(try await backfill(["--since", "2026-01-15", "--until", "2026-03-01"]) == ["acct-00001"])
+            #expect(try await backfill(["--since", "2026-02-01T00:00:00Z"]) == ["acct-00001", "acct-00002", "acct-00003"])
+            #expect(try await backfill(["--until", "2026-02-01"]) == ["acct-00000"])
+            #expect(try await backfill(["--account", "acct-00002", "--account", "acct-00000"]) == ["acct-00000", "acct-00002"])
+            #expect(try await backfill(["--receipt-id", String(receiptOfAccount1)]) == ["acct-00001"])
+            #expect(try await backfill(["--product", "gold.lifetime"]) == ["acct-00003"])
+        }
+    }
+
+    /// `ingest-notifications -` reads JSON lines from stdin.
+    @Test func ingestNotificationsReadsStandardInput() async throws {
+        try await RunWorld.with("stdin") { world in
+            let lines = [NotificationTests.notification("DID_RENEW", password: world.secret, original: "1"),
+                         NotificationTests.notification("REFUND", password: world.secret, original: "2")].joined(separator: "\n") + "\n"
+            let result = try await CLIProcess.run(["ingest-notifications", "-"], environment: Self.environment(world), standardInput: Data(lines.utf8))
+            #expect(result.status == 0, "\(result.stderr)")
+            let types = try await world.connection.query("SELECT body->>'notification_type' AS t FROM iap.notifications ORDER BY id")
+            #expect(try types.map { try $0.decode("t", as: String.self) } == ["DID_RENEW", "REFUND"])
+        }
+    }
+
+    /// `export-finance --output FILE` writes the CSV there (whole, or not at all) and nothing to
+    /// stdout; `--include-sandbox` adds the sandbox events a default export leaves out.
+    @Test func exportFinanceWritesItsFileAndLeavesSandboxOutUnlessAsked() async throws {
+        try await RunWorld.with("export") { world in
+            try await world.addReceipt("payer", spec: ["generate": ["subscriptions": [world.subscription(original: "800", renewals: 2, endDays: 10)]]])
+            try await world.addReceipt("tester", spec: ["environment": "Sandbox", "generate": ["subscriptions": [
+                world.subscription(original: "801", renewals: 1, endDays: 10),
+            ]]])
+            #expect(try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world)).status == 0)
+            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
+            let file = world.reportRoot.appending(path: "finance.csv")
+            let range = ["--from", "2020-01-01", "--to", "2100-01-01"]
+            let production = try await CLIProcess.run(["export-finance"] + range + ["--output", file.path], environment: Self.environment(world))
+            #expect(production.status == 0 && production.stdout.isEmpty, "\(production.stdout)")
+            // RFC 4180: lines end in CRLF.
+            let rows = try String(contentsOf: file, encoding: .utf8).components(separatedBy: "\r\n").filter { !$0.isEmpty }
+            #expect(rows.first?.hasPrefix("event,event_time,account_id") == true)
+            #expect(rows.count == 1 + 2 && rows.dropFirst().allSatisfy { $0.contains(",payer,") && $0.contains(",Production,") }, "\(rows.joined(separator: "\n"))")
+            let all = try await CLIProcess.run(["export-finance", "--include-sandbox"] + range, environment: Self.environment(world))
+            #expect(all.status == 0)
+            let sandbox = all.stdout.components(separatedBy: "\r\n").filter { $0.contains(",tester,") && $0.contains(",Sandbox,") }
+            #expect(sandbox.count == 1 && all.stdout.components(separatedBy: "\r\n").filter { !$0.isEmpty }.count == 1 + 3, "\(all.stdout)")
+        }
+    }
+
+    /// `inspect FILE` of a real PKCS#7 app receipt prints its fields, without the network.
+    @Test func inspectDecodesARealPKCS7Receipt() async throws {
+        let file = TestPaths.fixtures.appending(path: "receipts/apple-asslib-xcode-app-receipt-with-transaction.b64")
+        let result = try await CLIProcess.run(["inspect", file.path], environment: [:])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("bundle id:            com.example.naturelab.backyardbirds.example"))
+        #expect(result.stdout.contains("pass.premium | 0 | - | 2023-10-19T01:45:36.000Z | 2023-11-19T01:45:36.000Z"))
+        let json = try await CLIProcess.run(["inspect", "--json", file.path], environment: [:])
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        #expect(object.description.contains("com.example.naturelab.backyardbirds.example"))
+    }
+
+    /// `APPLE_BUNDLE_ID` and `APPSTORE_BUNDLE_ID` are comma lists, and both are read: a receipt
+    /// of a bundle in either is this app's; any other is `foreign_bundle`.
+    @Test func bundleIdVariablesAreCommaListsAndBothAreRead() async throws {
+        try await RunWorld.with("bundles") { world in
+            for (account, bundle) in [("a", "com.example.app"), ("b", "com.example.watch"), ("c", "com.example.mac"), ("d", "com.evil.app")] {
+                try await world.addReceipt(account, spec: ["generate": ["bundle_id": bundle, "subscriptions": [
+                    world.subscription(original: "9\(account.unicodeScalars.first!.value)", endDays: 10),
+                ]] as [String: Any]])
+            }
+            var environment = Self.environment(world)
+            environment["APPLE_BUNDLE_ID"] = "com.example.app, com.example.watch"
+            environment["APPSTORE_BUNDLE_ID"] = "com.example.mac"
+            let result = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: environment)
+            #expect(result.status == 0, "\(result.stderr.suffix(2000))")
+            let outcomes = try await world.connection.query("SELECT account_id, last_outcome FROM iap.app_receipts ORDER BY account_id")
+            let seen = try outcomes.map { "\(try $0.decode("account_id", as: String.self))=\(try $0.decode("last_outcome", as: String?.self) ?? "-")" }
+            #expect(seen == ["a=verified", "b=verified", "c=verified", "d=foreign_bundle"], "\(seen)")
+        }
+    }
+
+    /// `--database-url` stands in for the variable, and wins over it.
+    @Test func theDatabaseURLFlagStandsInForTheVariableAndWins() async throws {
+        try await RunWorld.with("dburl") { world in
+            try await OperationsTests.populate(world, count: 2)
+            var environment = Self.environment(world)
+            environment["DATABASE_URL"] = "host=127.0.0.1 port=1 dbname=nothing-here connect_timeout=2"
+            #expect(try await CLIProcess.run(["migrate"], environment: environment).status == 1)
+            let flag = ["--database-url", world.database.connectionString]
+            #expect(try await CLIProcess.run(["migrate"] + flag, environment: environment).status == 0)
+            let result = try await CLIProcess.run(["run"] + flag + ["--report-dir", world.reportRoot.path], environment: environment)
+            #expect(result.status == 0, "\(result.stderr.suffix(1000))")
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome = 'verified'") == 2)
+        }
+    }
+
+    /// `--apple-production-url` and `--apple-sandbox-url` win over the variables: with the
+    /// variables pointing at a closed port, the flags reach the simulator, sandbox receipt included.
+    @Test func theAppleURLFlagsWinOverTheVariables() async throws {
+        try await RunWorld.with("urlflags") { world in
+            try await world.addReceipt("prod", spec: ["generate": ["subscriptions": [world.subscription(original: "1000", endDays: 10)]]])
+            try await world.addReceipt("box", spec: ["environment": "Sandbox", "generate": ["subscriptions": [world.subscription(original: "1001", endDays: 10)]]])
+            var environment = Self.environment(world)
+            environment["APPLE_PRODUCTION_URL"] = "http://127.0.0.1:1/verifyReceipt"
+            environment["APPLE_SANDBOX_URL"] = "http://127.0.0.1:1/sandbox/verifyReceipt"
+            let result = try await CLIProcess.run(
+                ["run", "--apple-production-url", world.simulator.productionURL, "--apple-sandbox-url", world.simulator.sandboxURL,
+                 "--report-dir", world.reportRoot.path], environment: environment)
+            #expect(result.status == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome = 'verified'") == 2)
+            let traffic = try await world.simulator.apiStatistics()
+            #expect(traffic["verifyReceipt/Sandbox"]?.requests == 1)
+        }
+    }
+
+    /// `--max-attempts N`: a receipt Apple keeps failing with a retryable 21199 is sent N times,
+    /// then deferred; failures.csv says N.
+    @Test func maxAttemptsIsHowOftenAReceiptIsSent() async throws {
+        try await RunWorld.with("attempts") { world in
+            try await world.addReceipt("flaky", spec: ["faults": [["status": 21199, "is_retryable": true]], "repeat_faults": true,
+                                                       "generate": ["subscriptions": [world.subscription(original: "1100", endDays: 10)]]])
+            let result = try await CLIProcess.run(["run", "--max-attempts", "2", "--report-dir", world.reportRoot.path],
+                                                  environment: Self.environment(world))
+            #expect(result.status == 0)
+            #expect(try await world.simulator.apiStatistics()["verifyReceipt/Production"]?.requests == 2)
+            let failures = try String(contentsOf: world.reportRoot.appending(path: "failures.csv"), encoding: .utf8)
+            #expect(failures.contains(",deferred,21199,2,"), "\(failures)")
+        }
+    }
+
+    /// `explain --as-of T` decides as of T: a subscription that ended 5 days ago was active 10
+    /// days ago.
+    @Test func explainAsOfDecidesAtThatTime() async throws {
+        try await RunWorld.with("asof") { world in
+            try await world.addReceipt("lapsed", spec: ["generate": ["subscriptions": [world.subscription(original: "1200", endDays: -5)]]])
+            #expect(try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world)).status == 0)
+            func decided(_ extra: [String]) async throws -> String? {
+                let result = try await ExplainTests.explain(world, ["lapsed", "--json"] + extra)
+                let object = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+                let decisions = object?["decisions"] as? [[String: Any]]
+                return (decisions?.first?["decided"] as? [String: Any])?["state"] as? String
+            }
+            let tenDaysAgo = Date(timeIntervalSinceNow: -10 * 86_400)
+            #expect(try await decided([]) == "expired")
+            #expect(try await decided(["--as-of", ISO8601DateFormatter().string(from: tenDaysAgo)]) == "active")
+        }
+    }
+}
