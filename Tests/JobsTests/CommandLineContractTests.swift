@@ -1,3 +1,4 @@
+import CivilCalendar
 import Foundation
 import Postgres
 import Testing
@@ -332,6 +333,229 @@ import TestSupport
             let tenDaysAgo = Date(timeIntervalSinceNow: -10 * 86_400)
             #expect(try await decided([]) == "expired")
             #expect(try await decided(["--as-of", ISO8601DateFormatter().string(from: tenDaysAgo)]) == "active")
+        }
+    }
+
+    // MARK: - Through the App Store Server API
+
+    /// Five subscribers the simulated Server API serves from their receipts (their chains stored
+    /// as entitlements, which is where the API is asked from), a key, and the verifyReceipt
+    /// variables only: the API's settings are given as flags.
+    static func withAPIWorld(_ label: String, disagreements: [String: [String: Any]] = [:],
+                             _ body: (RunWorld, _ key: URL) async throws -> Void) async throws {
+        let now = Date()
+        let blobs = (0..<5).map { index in
+            syntheticReceipt(["generate": ["subscriptions": [["product_id": "pro.monthly", "original_transaction_id": "\(30_000 + index)",
+                                                             "renewals": 1, "start_ms": Int64(now.timeIntervalSince1970 * 1000) - 20 * 86_400_000,
+                                                             "period_ms": 30 * 86_400_000]]]])
+        }
+        try await RunWorld.with(label, scenario: ["api": ["from_receipts": blobs, "disagreements": disagreements] as [String: Any]]) { world in
+            try await ServerAPIKillTests.store(blobs, in: world)
+            try await world.connection.execute("""
+                INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, state, entitled, expires_at, updated_at)
+                SELECT account_id, 'pro.monthly', (30000 + substr(account_id, 6)::int)::text, 'active', true, now() + interval '10 days', now()
+                FROM iap.app_receipts
+                """)
+            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
+            let key = world.reportRoot.appending(path: "AuthKey.p8")
+            try Fixtures.privateKey(at: key)
+            try await body(world, key)
+        }
+    }
+
+    static func apiFlags(_ world: RunWorld, key: URL) -> [String] {
+        ["--appstore-issuer-id", "issuer", "--appstore-key-id", "KEY", "--appstore-private-key-file", key.path,
+         "--appstore-api-url", world.simulator.apiURL, "--appstore-sandbox-api-url", world.simulator.sandboxAPIURL,
+         "--bundle-id", "com.example.app", "--apple-root-certificate", world.simulator.signingDirectory.appending(path: "root.der").path]
+    }
+
+    /// `--authority` with `--source both`: whose answer is applied where the two disagree. The
+    /// API says one chain was refunded, verifyReceipt that it is active: the default authority
+    /// (verifyReceipt) keeps the access and reports the disagreement; the API as authority revokes.
+    @Test func theAuthorityIsWhoseAnswerIsApplied() async throws {
+        try await Self.withAPIWorld("authority", disagreements: ["30000": ["refund": true]]) { world, key in
+            let flags = Self.apiFlags(world, key: key) + ["--source", "both"]
+            let first = try await CLIProcess.run(["run"] + flags + ["--report-dir", world.reportRoot.appending(path: "one").path],
+                                                 environment: Self.environment(world))
+            #expect(first.status == 0, "\(first.stderr.suffix(1000))")
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE entitled") == 5)
+            let disagreements = try String(contentsOf: world.reportRoot.appending(path: "one/disagreements.csv"), encoding: .utf8)
+            #expect(disagreements.contains("acct-00000"), "\(disagreements)")
+            let second = try await CLIProcess.run(["backfill", "--all", "--authority", "server-api"] + flags
+                                                  + ["--report-dir", world.reportRoot.appending(path: "two").path], environment: Self.environment(world))
+            #expect(second.status == 0, "\(second.stderr.suffix(1000))")
+            let entitled = try await world.connection.query("SELECT account_id FROM iap.entitlements WHERE NOT entitled")
+            #expect(try entitled.map { try $0.decode("account_id", as: String.self) } == ["acct-00000"])
+        }
+    }
+
+    /// The App Store Connect settings as flags alone reach the API; `--api-budget-share` and
+    /// `--api-quota` set the budget the plan spends (Apple's 50 a second for history, half of it
+    /// by default); `--full-cycle` decides which accounts verified 3 days ago are due again.
+    @Test func theAPIFlagsReachTheAPIAndSetItsBudgetAndCycle() async throws {
+        try await Self.withAPIWorld("apiflags") { world, key in
+            let environment = Self.environment(world)
+            // Written out here, not `apiFlags`: the coverage check reads each option in the test that observes it.
+            let flags = ["--appstore-issuer-id", "issuer", "--appstore-key-id", "KEY", "--appstore-private-key-file", key.path,
+                         "--appstore-api-url", world.simulator.apiURL, "--appstore-sandbox-api-url", world.simulator.sandboxAPIURL,
+                         "--bundle-id", "com.example.app", "--source", "server-api",
+                         "--apple-root-certificate", world.simulator.signingDirectory.appending(path: "root.der").path]
+            func plan(_ extra: [String]) async throws -> [String] {
+                let result = try await CLIProcess.run(["run", "--dry-run", "--window", "1h"] + flags + extra
+                                                      + ["--report-dir", world.reportRoot.appending(path: "dry-\(UUID().uuidString)").path],
+                                                      environment: environment)
+                #expect(result.status == 0, "\(extra): \(result.stderr.suffix(1000))")
+                return result.stdout.split(separator: "\n").map(String.init)
+            }
+            func budget(_ lines: [String]) -> String? {
+                lines.first { $0.hasPrefix("  App Store Server API requests:") }?.firstMatch(of: /history [^)]*budget ([0-9.]+)\/s/).map { String($0.1) }
+            }
+            #expect(budget(try await plan([])) == "25.00")
+            #expect(budget(try await plan(["--api-budget-share", "0.2"])) == "10.00")
+            #expect(budget(try await plan(["--api-quota", "history=100"])) == "50.00")
+
+            let night = try await CLIProcess.run(["run"] + flags + ["--report-dir", world.reportRoot.appending(path: "night").path],
+                                                 environment: environment)
+            #expect(night.status == 0, "\(night.stderr.suffix(1000))")
+            let summary = try JSONSerialization.jsonObject(with: Data(contentsOf: world.reportRoot.appending(path: "night/summary.json"))) as? [String: Any]
+            let used = (summary?["apiRequests"] as? [String: Any])?["history/Production"] as? [String: Any]
+            let failures = (try? String(contentsOf: world.reportRoot.appending(path: "night/failures.csv"), encoding: .utf8)) ?? ""
+            #expect((used?["requests"] as? Int ?? 0) >= 5, "\(night.stdout)\(failures)")
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE source = 'server_api'") == 5)
+
+            try await world.connection.execute("UPDATE iap.app_receipts SET last_verified_at = now() - interval '3 days'")
+            #expect(try await plan([]).contains("  by reason: notified 0 of 0, at risk 0 of 0, full cycle 0 of 0"))
+            #expect(try await plan(["--full-cycle", "2d"]).contains("  by reason: notified 0 of 0, at risk 0 of 0, full cycle 5 of 5"))
+        }
+    }
+
+    /// `--notification-history-since`: where the first read of Get Notification History starts.
+    @Test func notificationHistorySinceIsWhereTheFirstReadStarts() async throws {
+        try await Self.withAPIWorld("historysince") { world, key in
+            let flags = Self.apiFlags(world, key: key) + ["--source", "server-api"]
+            let since = Timestamp.format(Date(timeIntervalSinceNow: -10 * 86_400)).prefix(10)  // a date, UTC midnight
+            let result = try await CLIProcess.run(["run", "--notification-history-since", String(since)] + flags
+                                                  + ["--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            #expect(result.status == 0, "\(result.stderr.suffix(1000))")
+            let summary = try JSONSerialization.jsonObject(with: Data(contentsOf: world.reportRoot.appending(path: "summary.json"))) as? [String: Any]
+            let reads = summary?["notificationHistory"] as? [[String: Any]] ?? []
+            #expect(reads.count == 2 && reads.allSatisfy { ($0["from"] as? String)?.hasPrefix("\(since)T00:00:00") == true }, "\(reads)")
+        }
+    }
+
+    // MARK: - verifyReceipt
+
+    /// `--concurrency C`: the simulator never has more than C of the run's requests at once, and
+    /// with 24 accounts of 100 ms each it has more than one.
+    @Test func concurrencyIsHowManyRequestsAppleHasAtOnce() async throws {
+        try await RunWorld.with("concurrency") { world in
+            try await OperationsTests.populate(world, count: 24, latencyFault: 100)
+            let result = try await CLIProcess.run(["run", "--concurrency", "3", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            #expect(result.status == 0)
+            let inFlight = try await world.simulator.statistics()["max_in_flight"] ?? 0
+            #expect((2...3).contains(inFlight), "\(inFlight) at once")
+        }
+    }
+
+    /// `--expiry-lag T`: a subscription that expired 30 minutes ago keeps its access at the default
+    /// hour, and loses it at 10 minutes.
+    @Test func theExpiryLagHoldsARecentExpiry() async throws {
+        try await RunWorld.with("expirylag") { world in
+            try await world.addReceipt("lapsed", spec: ["generate": ["subscriptions": [world.subscription(original: "1300", endDays: -1.0 / 48)]]])
+            try await world.connection.execute("""
+                INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, state, entitled, expires_at, updated_at)
+                VALUES ('lapsed', 'pro.monthly', '1300', 'active', true, now() - interval '30 minutes', now())
+                """)
+            #expect(try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world)).status == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE entitled") == 1)
+            #expect(try await CLIProcess.run(["backfill", "--all", "--expiry-lag", "10m", "--report-dir", world.reportRoot.path],
+                                             environment: Self.environment(world)).status == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE entitled") == 0)
+        }
+    }
+
+    /// `--stale-after T`: an account verified 2 hours ago is not due at the default 20 hours, and
+    /// is at 1 hour.
+    @Test func staleAfterIsWhenAVerifiedAccountIsDueAgain() async throws {
+        try await RunWorld.with("stale") { world in
+            try await OperationsTests.populate(world, count: 3)
+            #expect(try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world)).status == 0)
+            try await world.connection.execute("UPDATE iap.app_receipts SET last_verified_at = now() - interval '2 hours'")
+            #expect(try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world)).status == 0)
+            #expect(try await CLIProcess.run(["run", "--stale-after", "1h", "--report-dir", world.reportRoot.path],
+                                             environment: Self.environment(world)).status == 0)
+            let processed = try await world.connection.query("SELECT accounts_processed FROM iap.reconciliation_runs ORDER BY id")
+            #expect(try processed.map { try $0.decode("accounts_processed", as: Int.self) } == [3, 0, 3])
+        }
+    }
+
+    /// `--notification-max-age T`: an unmatched notification is tried again until it is T old,
+    /// then given up.
+    @Test func notificationMaxAgeIsWhenAnUnmatchedOneIsGivenUp() async throws {
+        try await RunWorld.with("maxage") { world in
+            try await NotificationTests.store(world, [NotificationTests.notification("DID_RENEW", password: world.secret, original: "nobody")],
+                                              receivedAt: "now() - interval '2 hours'")
+            let arguments = ["backfill", "--notifications-only", "--report-dir", world.reportRoot.path]
+            #expect(try await CLIProcess.run(arguments, environment: Self.environment(world)).status == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE outcome = 'unmatched' AND processed_at IS NULL") == 1)
+            #expect(try await CLIProcess.run(arguments + ["--notification-max-age", "1h"], environment: Self.environment(world)).status == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE outcome = 'unmatched' AND processed_at IS NOT NULL") == 1)
+        }
+    }
+
+    /// `--request-timeout T`: Apple answering in 3 s is a timeout at 1 s (deferred), an answer at
+    /// the default 60 s.
+    @Test func theRequestTimeoutIsHowLongAnExchangeMayTake() async throws {
+        try await RunWorld.with("timeout") { world in
+            try await world.addReceipt("slow", spec: ["faults": [["delay_ms": 3000]], "repeat_faults": true,
+                                                      "generate": ["subscriptions": [world.subscription(original: "1400", endDays: 10)]]])
+            let short = try await CLIProcess.run(["run", "--request-timeout", "1s", "--max-attempts", "1", "--report-dir", world.reportRoot.path],
+                                                 environment: Self.environment(world))
+            #expect(short.status == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome = 'deferred'") == 1)
+            #expect(try await CLIProcess.run(["backfill", "--all", "--max-attempts", "1", "--report-dir", world.reportRoot.path],
+                                             environment: Self.environment(world)).status == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome = 'verified'") == 1)
+        }
+    }
+
+    /// `--shard K/N`: exactly the accounts of shard K by the one shard predicate.
+    @Test func aShardTakesExactlyItsAccounts() async throws {
+        try await RunWorld.with("shardcli") { world in
+            try await OperationsTests.populate(world, count: 12)
+            #expect(try await CLIProcess.run(["run", "--shard", "1/3", "--report-dir", world.reportRoot.path], environment: Self.environment(world)).status == 0)
+            let inShard = try await world.count("SELECT count(*) FROM iap.app_receipts WHERE iap.in_shard(account_id, 1, 3)")
+            #expect(inShard > 0 && inShard < 12)
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome IS NOT NULL") == inShard)
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome IS NOT NULL AND NOT iap.in_shard(account_id, 1, 3)") == 0)
+        }
+    }
+
+    /// `APPSTORE_APP_APPLE_ID`: a production V2 notification must carry it; another app's id is
+    /// rejected (`jws_invalid: app_apple_id`), this app's refund applied.
+    @Test func theAppAppleIdVariableIsWhatProductionNotificationsMustCarry() async throws {
+        try await RunWorld.with("appappleid") { world in
+            try await NotificationV2Tests.gamer(world)
+            let refund = try NotificationV2Tests.body(
+                "REFUND", transaction: NotificationV2Tests.consumable("91", world: world, revokedAt: world.nowMs - 3_600_000))
+            #expect(try await NotificationV2Tests.ingest(world, [refund]) == 1)
+            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
+            let root = world.reportRoot.appending(path: "root.der")
+            try Data(NotificationV2Tests.chain.root).write(to: root)
+            var environment = Self.environment(world)
+            environment["APPSTORE_BUNDLE_ID"] = "com.example.app"
+            environment["APPSTORE_APP_APPLE_ID"] = "999"
+            let arguments = ["backfill", "--notifications-only", "--apple-root-certificate", root.path, "--report-dir", world.reportRoot.path]
+            #expect(try await CLIProcess.run(arguments, environment: environment).status == 0)
+            let rejected = try await world.connection.query("SELECT outcome, reason FROM iap.notifications")[0]
+            #expect(try rejected.decode("outcome", as: String?.self) == "rejected")
+            #expect(try rejected.decode("reason", as: String?.self)?.contains("app_apple_id") == true)
+            // Stored again (a new body, the same refund) and read with this app's id: applied.
+            try await world.connection.execute("DELETE FROM iap.notifications")
+            #expect(try await NotificationV2Tests.ingest(world, [refund]) == 1)
+            environment["APPSTORE_APP_APPLE_ID"] = String(NotificationV2Tests.appAppleId)
+            #expect(try await CLIProcess.run(arguments, environment: environment).status == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE outcome = 'applied'") == 1)
         }
     }
 }
