@@ -5,10 +5,32 @@ extension PostgresConnection {
     /// Loads rows with `COPY table (columns) FROM STDIN`: one round trip for any number of rows,
     /// the fastest way into PostgreSQL. Values use the same text forms as bound parameters.
     /// Returns the number of rows copied.
+    ///
+    /// The table and the columns are the one place a name is spliced into SQL text (a name cannot
+    /// be bound): each must be a plain lower-case identifier, the table optionally with its
+    /// schema (`iap.app_receipts`), or nothing is sent.
     @discardableResult
     public func copy(into table: String, columns: [String], rows: [[PostgresBind]]) async throws(PostgresError) -> Int {
+        for name in [table] + columns where !Self.isPlainIdentifier(name, qualified: name == table) {
+            throw PostgresError(code: .badIdentifier, phase: .copy, message: "not a plain identifier: \(name.debugDescription)")
+        }
+        guard !columns.isEmpty else { throw PostgresError(code: .badIdentifier, phase: .copy, message: "no column to copy into") }
         let statement = "COPY \(table) (\(columns.joined(separator: ", "))) FROM STDIN"
         return try await onThread { handle in try handle.copyIn(statement, rows: rows) }
+    }
+}
+
+extension PostgresConnection {
+    /// `[a-z_][a-z0-9_]*`, at most 63 bytes (PostgreSQL's limit), and with `qualified` one
+    /// `schema.` before it: the closed set of names `copy` splices.
+    static func isPlainIdentifier(_ name: String, qualified: Bool) -> Bool {
+        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 1 || (qualified && parts.count == 2) else { return false }
+        return parts.allSatisfy { part in
+            guard let first = part.utf8.first, part.utf8.count <= 63, first == UInt8(ascii: "_") || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(first)
+            else { return false }
+            return part.utf8.allSatisfy { $0 == UInt8(ascii: "_") || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
+        }
     }
 }
 

@@ -13,6 +13,9 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         public static let connectionFailed = Code(name: "connection failed")
         /// The connection string cannot be read (a configuration error, not the server's).
         public static let badConnectionString = Code(name: "bad connection string")
+        /// A table or column name that is not a plain identifier (`copy(into:columns:)`): refused
+        /// before anything is sent, since a name cannot be a bound parameter.
+        public static let badIdentifier = Code(name: "bad identifier")
         /// The server went away while a statement was running or before it was sent, or said it
         /// is shutting down (SQLSTATE 08..., 57P01-03).
         public static let connectionLost = Code(name: "connection lost")

@@ -341,13 +341,13 @@ import TestSupport
     /// Five subscribers the simulated Server API serves from their receipts (their chains stored
     /// as entitlements, which is where the API is asked from), a key, and the verifyReceipt
     /// variables only: the API's settings are given as flags.
-    static func withAPIWorld(_ label: String, disagreements: [String: [String: Any]] = [:],
+    static func withAPIWorld(_ label: String, disagreements: [String: [String: Any]] = [:], environment: String = "Production",
                              _ body: (RunWorld, _ key: URL) async throws -> Void) async throws {
         let now = Date()
         let blobs = (0..<5).map { index in
-            syntheticReceipt(["generate": ["subscriptions": [["product_id": "pro.monthly", "original_transaction_id": "\(30_000 + index)",
-                                                             "renewals": 1, "start_ms": Int64(now.timeIntervalSince1970 * 1000) - 20 * 86_400_000,
-                                                             "period_ms": 30 * 86_400_000]]]])
+            syntheticReceipt(["environment": environment, "generate": ["subscriptions": [[
+                "product_id": "pro.monthly", "original_transaction_id": "\(30_000 + index)", "renewals": 1,
+                "start_ms": Int64(now.timeIntervalSince1970 * 1000) - 20 * 86_400_000, "period_ms": 30 * 86_400_000]]]])
         }
         try await RunWorld.with(label, scenario: ["api": ["from_receipts": blobs, "disagreements": disagreements] as [String: Any]]) { world in
             try await ServerAPIKillTests.store(blobs, in: world)

@@ -1,3 +1,5 @@
+import AppStore
+import AppStoreModels
 import Foundation
 import Testing
 import TestSupport
@@ -17,8 +19,9 @@ import TestSupport
         }
     }
 
-    /// Values travel as binds: SQL text is spliced only in the Postgres module, for identifiers it chooses.
-    @Test func noStringBuiltSQL() throws {
+    /// A module boundary, kept by a lint: SQL text and libpq are the Postgres module's alone. That
+    /// its one splice of names is safe is shown by trying hostile names (`SpliceTests`), not here.
+    @Test func onlyThePostgresModuleBuildsSQLText() throws {
         for (path, text) in try Self.sources {
             if text.contains("unsafeSQL:") || text.contains("(unescaped:") {
                 #expect(path.hasPrefix("Postgres/"), "\(path) builds SQL from strings")
@@ -26,22 +29,79 @@ import TestSupport
             if text.contains("executeScript(") {
                 #expect(path.hasPrefix("Postgres/") || path.hasPrefix("SchemaMigrations/"), "\(path) runs unbound SQL")
             }
-            // A query literal must not interpolate plain strings into SQL outside the bind mechanism.
             for line in text.split(separator: "\n") where line.contains("PQexec(") {
                 #expect(path.hasPrefix("Postgres/"), "\(path) calls libpq directly")
             }
         }
     }
 
-    /// There is no switch to turn TLS verification off.
-    @Test func tlsVerificationIsAlwaysOn() throws {
-        let http = try Self.sources.filter { $0.path.hasPrefix("HTTP/") || $0.path.hasPrefix("CCurl/") }
-        let text = http.map(\.text).joined()
-        #expect(text.contains("CURLOPT_SSL_VERIFYPEER, 1"))
-        #expect(text.contains("CURLOPT_SSL_VERIFYHOST, 2"))
-        #expect(!text.contains("VERIFYPEER, 0") && !text.contains("VERIFYHOST, 0") && !text.contains("insecure"))
+    /// A module boundary, kept by a lint: libcurl is the HTTP module's alone. That TLS is verified
+    /// is shown by behaviour, below and in TLSVerificationTests.
+    @Test func onlyTheHTTPModuleReachesLibcurl() throws {
         for (path, text) in try Self.sources where !path.hasPrefix("HTTP/") && !path.hasPrefix("CCurl/") {
             #expect(!text.contains("CURLOPT_"), "\(path) reaches libcurl around the HTTP module")
+        }
+    }
+
+    /// Every Apple URL, pointed at a loopback HTTPS server whose certificate no system root
+    /// vouches for, is refused at the handshake: each receipt or account fails with a TLS error,
+    /// and nothing is verified. Run as a user runs it, for each of the four variables.
+    @Test(arguments: ["APPLE_PRODUCTION_URL", "APPLE_SANDBOX_URL", "APPSTORE_API_URL", "APPSTORE_SANDBOX_API_URL"])
+    func everyAppleURLRefusesACertificateNobodyVouchesFor(_ variable: String) async throws {
+        let server = try TLSServerProcess()
+        defer { server.stop() }
+        try await CommandLineContractTests.withAPIWorld("tls", environment: variable.contains("SANDBOX") ? "Sandbox" : "Production") { world, key in
+            var environment = ServerAPIKillTests.environment(world, key: key)
+            environment[variable] = "https://127.0.0.1:\(server.port)" + (variable.hasPrefix("APPLE_") ? "/verifyReceipt" : "")
+            let source = variable.hasPrefix("APPLE_") ? "verify-receipt" : "server-api"
+            let result = try await CLIProcess.run(
+                ["run", "--source", source, "--max-attempts", "1", "--apple-root-certificate",
+                 world.simulator.signingDirectory.appending(path: "root.der").path, "--report-dir", world.reportRoot.appending(path: "tls").path],
+                environment: environment)
+            #expect(result.status == 0, "\(result.stderr.suffix(1000))")
+            let failures = try String(contentsOf: world.reportRoot.appending(path: "tls/failures.csv"), encoding: .utf8)
+            let refused = failures.components(separatedBy: "\r\n").filter { $0.contains("HTTP tls:") }
+            #expect(refused.count == 5, "\(variable): \(failures)")
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome = 'verified'") == 0)
+        }
+    }
+
+    /// The App Store Connect key and every token made from it appear in no log line (at
+    /// `--log-level trace`, text and JSON), report or output of a run that spoke to the API. A
+    /// token is found by its header (`"kid":"KEY"`), whatever its signature.
+    @Test func theKeyAndItsTokensNeverReachLogsOrReports() async throws {
+        try await CommandLineContractTests.withAPIWorld("jwt") { world, key in
+            let environment = ServerAPIKillTests.environment(world, key: key)
+            var everything = ""
+            for format in ["text", "json"] {
+                let report = world.reportRoot.appending(path: "report-\(format)")
+                let result = try await CLIProcess.run(
+                    ["backfill", "--all", "--source", "server-api", "--log-level", "trace", "--log-format", format,
+                     "--apple-root-certificate", world.simulator.signingDirectory.appending(path: "root.der").path, "--report-dir", report.path],
+                    environment: environment)
+                #expect(result.status == 0, "\(result.stderr.suffix(1000))")
+                everything += result.stdout + result.stderr
+                for file in try FileManager.default.contentsOfDirectory(atPath: report.path) {
+                    everything += try String(contentsOf: report.appending(path: file), encoding: .utf8)
+                }
+            }
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE source = 'server_api'") == 5)  // the API spoke
+            #expect(everything.contains("apple.") || everything.contains("run.started"), "the logs were captured")
+            let pem = try String(contentsOf: key, encoding: .utf8)
+            for line in pem.split(separator: "\n") where !line.hasPrefix("-----") && line.count >= 16 {
+                #expect(!everything.contains(line), "a line of the key reached the output")
+            }
+            for match in everything.matches(of: /eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*/) {
+                let decoded = Base64URL.decode(Array(match.0.split(separator: ".")[0].utf8)).map { String(decoding: $0, as: UTF8.self) } ?? ""
+                #expect(!decoded.contains("\"kid\":\"KEY\""), "a token made from the key reached the output: \(decoded)")
+            }
+            // The tokens do exist, and look like that: one made as the run makes them is found by the same test.
+            let bearer = try ServerAPIToken(credentials: ServerAPICredentials(
+                issuerId: "issuer", keyId: "KEY", bundleId: "com.example.app", privateKeyPEM: pem)).authorization(now: Date())
+            let token = String(bearer.dropFirst("Bearer ".count))
+            #expect(token.wholeMatch(of: /eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*/) != nil)
+            let header = try #require(Base64URL.decode(Array(token.split(separator: ".")[0].utf8)))
+            #expect(String(decoding: header, as: UTF8.self).contains("\"kid\":\"KEY\""))
         }
     }
 
