@@ -558,4 +558,82 @@ import TestSupport
             #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE outcome = 'applied'") == 1)
         }
     }
+
+    // MARK: - Boundaries
+
+    /// The 32 MB answer limit at its default: an answer 100 bytes under it is read (here a status
+    /// 0 without a receipt: a partial answer), one a byte over it is refused unread.
+    @Test func theAnswerLimitIs32MBByDefault() async throws {
+        try await RunWorld.with("answerlimit") { world in
+            // The simulator's answer is `{"status": 0, "padding": "..."}`: 28 bytes around the padding.
+            let limit = 32 << 20, around = #"{"status": 0, "padding": ""}"#.utf8.count
+            try await world.addReceipt("under", spec: ["faults": [["oversize_bytes": limit - 100 - around]], "generate": [:] as [String: Any]])
+            try await world.addReceipt("over", spec: ["faults": [["oversize_bytes": limit + 1 - around]], "generate": [:] as [String: Any]])
+            let result = try await CLIProcess.run(["run", "--max-attempts", "1", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            #expect(result.status == 0, "\(result.stderr.suffix(1000))")
+            let failures = try String(contentsOf: world.reportRoot.appending(path: "failures.csv"), encoding: .utf8).components(separatedBy: "\r\n")
+            let under = failures.first { $0.hasPrefix("under,") } ?? "", over = failures.first { $0.hasPrefix("over,") } ?? ""
+            #expect(under.contains("partial answer"), "\(under)")
+            #expect(over.contains("responseTooLarge") || over.contains("limit \(limit) bytes"), "\(over)")
+        }
+    }
+
+    /// A `Retry-After` longer than the run waits defers the receipt at once, for a later run,
+    /// instead of holding the night.
+    @Test func aRetryAfterLongerThanTheRunDefersTheAccount() async throws {
+        try await RunWorld.with("retryafter") { world in
+            try await world.addReceipt("busy", spec: ["faults": [["http": 503, "retry_after": "7200"]], "repeat_faults": true,
+                                                      "generate": ["subscriptions": [world.subscription(original: "1500", endDays: 10)]]])
+            let started = Date()
+            let result = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            #expect(result.status == 0)
+            #expect(Date().timeIntervalSince(started) < 600, "the run waited for Apple's two hours")
+            #expect(try await world.simulator.apiStatistics()["verifyReceipt/Production"]?.requests == 1)
+            let failures = try String(contentsOf: world.reportRoot.appending(path: "failures.csv"), encoding: .utf8)
+            #expect(failures.contains("busy,") && failures.contains(",deferred,") && failures.contains("longer than this run waits"), "\(failures)")
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome = 'deferred' AND next_attempt_at > now()") == 1)
+        }
+    }
+
+    /// Only shard 0 (or an unsharded run) reads Get Notification History: the simulator sees its
+    /// two reads (production and sandbox) from shard 0 of 2 and none from shard 1.
+    @Test func onlyShardZeroReadsNotificationHistory() async throws {
+        try await Self.withAPIWorld("historyshard") { world, key in
+            let flags = Self.apiFlags(world, key: key) + ["--source", "server-api"]
+            func reads() async throws -> Int {
+                let traffic = try await world.simulator.apiStatistics()
+                return (traffic["notification-history/Production"]?.requests ?? 0) + (traffic["notification-history/Sandbox"]?.requests ?? 0)
+            }
+            let one = try await CLIProcess.run(["run", "--shard", "1/2"] + flags + ["--report-dir", world.reportRoot.appending(path: "s1").path],
+                                               environment: Self.environment(world))
+            #expect(one.status == 0, "\(one.stderr.suffix(1000))")
+            #expect(try await reads() == 0)
+            let zero = try await CLIProcess.run(["run", "--shard", "0/2"] + flags + ["--report-dir", world.reportRoot.appending(path: "s0").path],
+                                                environment: Self.environment(world))
+            #expect(zero.status == 0)
+            #expect(try await reads() == 2)
+        }
+    }
+
+    /// A dry run asks Apple nothing before it has printed its plan: every request the simulator
+    /// logged came after the run logged `run.planned` (both stamped in milliseconds by this
+    /// machine's clock), and the plan is on stdout.
+    @Test func aDryRunAsksAppleNothingBeforeItsPlan() async throws {
+        try await Self.withAPIWorld("dryplan") { world, key in
+            let flags = Self.apiFlags(world, key: key) + ["--source", "server-api"]
+            let result = try await CLIProcess.run(["run", "--dry-run", "--window", "1h", "--log-format", "json"] + flags
+                                                  + ["--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            #expect(result.status == 0, "\(result.stderr.suffix(1000))")
+            #expect(result.stdout.hasPrefix("Plan: 5 of 5 due accounts"), "\(result.stdout)")
+            let planned = try #require(result.stderr.split(separator: "\n").first { $0.contains("\"run.planned\"") }, "\(result.stderr)")
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(planned.utf8)) as? [String: Any])
+            let stamp = try #require((object["timestamp"] ?? object["time"]) as? String, "\(object)")
+            let format = ISO8601DateFormatter()
+            format.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+            let plannedAt = try #require(format.date(from: stamp), "\(stamp)")
+            let arrivals = try await world.simulator.apiStatistics().values.flatMap { $0.arrivals + $0.throttledAt }
+            #expect(!arrivals.isEmpty, "the dry run asked Apple nothing at all")
+            #expect(arrivals.allSatisfy { $0 >= Int64(plannedAt.timeIntervalSince1970 * 1000) - 1 }, "\(arrivals) against \(stamp)")
+        }
+    }
 }
