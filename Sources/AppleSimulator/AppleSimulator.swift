@@ -50,7 +50,7 @@ public final class AppleSimulator: Sendable {
         server = try LoopbackHTTPServer(
             host: host, port: port,
             latency: Latency(medianMilliseconds: latencyMilliseconds ?? scenario.latencyMilliseconds, p99Milliseconds: latencyP99Milliseconds),
-            handler: handler)
+            holdUntilInFlight: scenario.holdUntilInFlight, handler: handler)
         box.simulator = self
     }
 

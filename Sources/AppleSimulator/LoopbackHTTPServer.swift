@@ -36,10 +36,14 @@ public final class LoopbackHTTPServer: Sendable {
     private let listener: Int32
     private let handler: Handler
     private let latency: Latency
+    /// Answers nothing but the first request until this many were in flight at once (or a minute
+    /// passed): a test of concurrency then sees the most at once by construction, not by the clock.
+    private let holdUntilInFlight: Int?
     private let statistics = Locked(Statistics())
 
     /// Listens on 127.0.0.1 (`port` 0 picks a free one).
-    public init(host: String = "127.0.0.1", port: Int, latency: Latency = Latency(medianMilliseconds: 0), handler: @escaping Handler) throws {
+    public init(host: String = "127.0.0.1", port: Int, latency: Latency = Latency(medianMilliseconds: 0), holdUntilInFlight: Int? = nil,
+                handler: @escaping Handler) throws {
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard listener >= 0 else { throw SimulatorError("socket() failed: \(String(cString: strerror(errno)))") }
         var reuse: Int32 = 1
@@ -67,6 +71,7 @@ public final class LoopbackHTTPServer: Sendable {
         self.listener = listener
         self.handler = handler
         self.latency = latency
+        self.holdUntilInFlight = holdUntilInFlight
     }
 
     public var currentStatistics: Statistics { statistics.withLock { $0 } }
@@ -133,12 +138,19 @@ public final class LoopbackHTTPServer: Sendable {
             let body = Array(buffer[headerEnd!..<(headerEnd! + contentLength)])
             buffer.removeFirst(headerEnd! + contentLength)
 
-            statistics.withLock { stats in
+            let number = statistics.withLock { stats in
                 stats.requests += 1
                 stats.inFlight += 1
                 stats.maximumInFlight = max(stats.maximumInFlight, stats.inFlight)
+                return stats.requests
             }
             defer { statistics.withLock { $0.inFlight -= 1 } }
+            // The first answer is not held: a client that prefers multiplexing (libcurl's PIPEWAIT)
+            // opens no second connection before it has learnt from one that the server cannot.
+            if let holdUntilInFlight, number > 1 {
+                let deadline = Date().addingTimeInterval(60)
+                while statistics.withLock({ $0.maximumInFlight }) < holdUntilInFlight && Date() < deadline { usleep(2_000) }
+            }
             let wait = latency.sample()
             if wait > 0 { usleep(useconds_t(wait * 1_000)) }
             switch handler(String(requestLine[0]), String(requestLine[1]), body, authorization) {

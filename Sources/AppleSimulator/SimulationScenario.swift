@@ -5,6 +5,7 @@ import Foundation
 ///     {
 ///       "shared_secret": "s3cret",        // requests with another password get 21004
 ///       "latency_ms": 50,                  // added to every request
+///       "hold_until_in_flight": 200,       // no answer after the first until 200 were in flight at once
 ///       "receipts": {
 ///         "<base64 receipt-data>": {
 ///           "environment": "Production",   // or "Sandbox": the other host answers 21007/21008
@@ -21,6 +22,8 @@ import Foundation
 public struct SimulationScenario: Sendable {
     public var sharedSecret: String?
     public var latencyMilliseconds: Int
+    /// `"hold_until_in_flight": N`: no answer after the first until N requests were in flight at once.
+    public var holdUntilInFlight: Int?
     public var receipts: [String: SimulatedReceipt]
     /// The Server API's world: original transaction id -> its chain.
     public var apiChains: [String: SimulatedAPIChain] = [:]
@@ -45,6 +48,7 @@ public struct SimulationScenario: Sendable {
         guard let root = object as? [String: Any] else { throw SimulatorError("\(url.path): the scenario must be a JSON object") }
         sharedSecret = root["shared_secret"] as? String
         latencyMilliseconds = root["latency_ms"] as? Int ?? 0
+        holdUntilInFlight = root["hold_until_in_flight"] as? Int
         var receipts: [String: SimulatedReceipt] = [:]
         for (key, value) in root["receipts"] as? [String: Any] ?? [:] {
             guard let spec = value as? [String: Any] else { throw SimulatorError("receipt \(key.prefix(16))…: not an object") }
