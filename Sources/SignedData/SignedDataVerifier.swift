@@ -154,7 +154,9 @@ public final class SignedDataVerifier: Sendable {
             record(.validity, false, "no signedDate\(Payload.self == NotificationV2Payload.self ? " (nor on its signed transaction)" : ""): "
                    + "the certificates cannot be checked at the time Apple signed, and are never checked at now")
         } else if let (validationTime, timeSource) = validation,
-                  let expired = chain.certificates.first(where: { !($0.notValidBefore...$0.notValidAfter).contains(validationTime) }) {
+                  // Compared, not made a range: an unverified certificate may end before it begins,
+                  // and `notValidBefore...notValidAfter` traps on that (found by fuzzing).
+                  let expired = chain.certificates.first(where: { validationTime < $0.notValidBefore || validationTime > $0.notValidAfter }) {
             record(.validity, false, "\(expired.subject) is valid \(Timestamp.day(expired.notValidBefore)) to \(Timestamp.day(expired.notValidAfter)), not at \(timeSource) \(Timestamp.format(validationTime))")
         } else if let (validationTime, timeSource) = validation {
             record(.validity, true, "every certificate valid at \(timeSource) \(Timestamp.format(validationTime))")

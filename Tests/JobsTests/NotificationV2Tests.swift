@@ -169,6 +169,27 @@ import TestSupport
         }
     }
 
+    /// A certificate in x5c that ends before it begins (found by fuzzing after issue 32: one digit
+    /// of a real Apple notification's chain changed). The validity check made a range of its dates
+    /// and trapped, in every run that processed the stored body. Now it is that notification's
+    /// rejection, and the good refund beside it is applied.
+    @Test func aCertificateThatEndsBeforeItBeginsIsThatNotificationsRejection() async throws {
+        try await RunWorld.with("v2-inverted-validity") { world in
+            try await Self.gamer(world)
+            let jws = String(decoding: try Data(contentsOf: TestPaths.repositoryRoot.appending(
+                path: "FuzzTesting/FailCases/jws/jws-crash-0e7de8e114da672f9367c59a30874ac26861d170")), as: UTF8.self)
+            let hostile = String(decoding: try JSONSerialization.data(withJSONObject: ["signedPayload": jws]), as: UTF8.self)
+            let refundedAt = world.nowMs - 60_000
+            _ = try await Self.ingest(world, [hostile, try Self.body("REFUND", transaction: Self.consumable("91", world: world, revokedAt: refundedAt))])
+            let (summary, ending) = try await world.run(Self.options(world))
+            #expect(ending == .completed)
+            #expect(summary.notifications["v2 REFUND"]?[.applied] == 1)
+            let reasons = try await world.connection.query("SELECT reason FROM iap.notifications WHERE outcome = 'rejected'")
+                .map { try $0.decode("reason", as: String.self) }
+            #expect(reasons.count == 1 && reasons.first?.hasPrefix("jws_invalid:") == true, "\(reasons)")
+        }
+    }
+
     @Test func theSameNotificationStoredTwiceIsProcessedOnce() async throws {
         try await RunWorld.with("v2-once") { world in
             try await Self.gamer(world)
