@@ -257,7 +257,16 @@ import TestSupport
         #expect(outcomes.count == 250 && outcomes.allSatisfy { $0 == "verified" })
         let stats = try await simulator.statistics()
         #expect(stats["max_in_flight"] == 200, "\(stats)")
-        // A second wave reuses the connections instead of opening new ones.
+    }
+
+    /// A second wave of 200 reuses the first wave's connections instead of opening new ones.
+    @Test(.disabled(if: isSanitizedRun, "timing")) func aSecondWaveReusesTheConnections() async throws {
+        let simulator = try SimulatorProcess(scenario: Self.scenario(["many": ["generate": Self.answer]], latency: 1_000))
+        let client = Self.client(simulator, concurrency: 200)
+        defer { client.shutdown() }
+        _ = await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<200 { group.addTask { _ = await client.verify(receipt: receiptBlob("many")) } }
+        }
         _ = await withTaskGroup(of: Void.self) { group in
             for _ in 0..<200 { group.addTask { _ = await client.verify(receipt: receiptBlob("many")) } }
         }
