@@ -110,13 +110,14 @@ import Throttling
     /// Issue 32: a 429 holds every request not yet sent, also those that already hold a budget
     /// token and wait for a concurrency permit: the pause is checked again just before a request
     /// leaves. 30 histories at once through 4 permits, with tokens for all (a budget of 500 a
-    /// second); Apple allows 6 a 5-second window, counted from the first request, and answers in
-    /// 200 ms (the simulator stamps a request when it answers). What was on the wire when the first 429 left, or was sent before
-    /// the client read it, is answered within 200 ms and the client's own delay; from 700 ms after
-    /// it to its Retry-After nothing may arrive. Without the check, the tasks holding tokens went
-    /// on through the permits, 4 every 200 ms.
+    /// second); Apple allows 6 a 5-second window (windows counted from the first request) and
+    /// answers in 200 ms. Counted in the simulator's own windows, not by wall-clock gaps: with
+    /// the pause, a window refuses at most the 4 that were on the wire when its first 429 came
+    /// back, however slow the machine; without it, the tasks holding tokens go on through the
+    /// permits, 4 every 200 ms, and are refused one after another until the window ends.
     @Test func a429HoldsEveryRequestNotYetSentUntilRetryAfter() async throws {
         let concurrency = 4
+        let window: Int64 = 5_000
         let simulator = try SimulatorProcess(
             scenario: ["api": ["chains": Self.chains(30)], "api_quota": ["window_seconds": 5, "production": ["history": 1.2]], "latency_ms": 200],
             arguments: ["--signing-dir", Self.signingDirectory.path])
@@ -137,13 +138,12 @@ import Throttling
             return await group.reduce(0) { $0 + ($1 ? 1 : 0) }
         }
         #expect(verified == 30)
-        let history = try #require(try await simulator.apiStatistics()["history/Production"])
-        let firstRefusal = try #require(history.throttledAt.min(), "the quota must have been hit for the test to mean anything")
-        // The first 429's window is spent: the next request Apple let through came after its end.
-        let windowEnd = try #require(history.arrivals.filter { $0 > firstRefusal }.min())
-        #expect(windowEnd - firstRefusal > 1_200, "the first 429 must leave time in its window for the test to mean anything")
-        let meanwhile = (history.arrivals + history.throttledAt).filter { $0 > firstRefusal + 700 && $0 < windowEnd }
-        #expect(meanwhile.isEmpty, "arrived after the first 429 at \(firstRefusal), before its Retry-After \(windowEnd): \(meanwhile.sorted())")
+        let traffic = try await simulator.apiStatistics()
+        let history = try #require(traffic["history/Production"])
+        #expect(history.throttled >= 1, "the quota must have been hit for the test to mean anything")
+        let first = try #require(traffic.values.flatMap { $0.arrivals + $0.throttledAt }.min())
+        let refusedByWindow = Dictionary(grouping: history.throttledAt) { ($0 - first) / window }
+        #expect(refusedByWindow.values.allSatisfy { $0.count <= concurrency }, "429s by window: \(refusedByWindow.sorted { $0.key < $1.key })")
         #expect(client.budget?.usage[ServerAPIBudget.Key(.history, .production)]?.requests == history.requests + history.throttled)
     }
 
