@@ -636,4 +636,43 @@ import TestSupport
             #expect(arrivals.allSatisfy { $0 >= Int64(plannedAt.timeIntervalSince1970 * 1000) - 1 }, "\(arrivals) against \(stamp)")
         }
     }
+
+    /// The notification-history watermark and its overlap: each environment's read ends where the
+    /// watermark is then stored, and the next run reads again from exactly an hour before it
+    /// (Apple may record a notification a little after its time).
+    @Test func theNextHistoryReadStartsAnHourBeforeTheWatermark() async throws {
+        try await Self.withAPIWorld("watermark") { world, key in
+            let flags = Self.apiFlags(world, key: key) + ["--source", "server-api"]
+            let format = ISO8601DateFormatter()
+            format.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+            func reads(_ name: String) async throws -> [String: (from: Date, to: Date)] {
+                let result = try await CLIProcess.run(["run"] + flags + ["--report-dir", world.reportRoot.appending(path: name).path],
+                                                      environment: Self.environment(world))
+                #expect(result.status == 0, "\(result.stderr.suffix(1000))")
+                let summary = try JSONSerialization.jsonObject(with: Data(contentsOf: world.reportRoot.appending(path: "\(name)/summary.json"))) as? [String: Any]
+                var reads: [String: (from: Date, to: Date)] = [:]
+                for read in summary?["notificationHistory"] as? [[String: Any]] ?? [] {
+                    guard let environment = read["environment"] as? String, read["complete"] as? Bool == true,
+                          let from = (read["from"] as? String).flatMap(format.date(from:)), let to = (read["to"] as? String).flatMap(format.date(from:))
+                    else { continue }
+                    reads[environment] = (from, to)
+                }
+                return reads
+            }
+            let first = try await reads("one")
+            #expect(Set(first.keys) == ["Production", "Sandbox"], "\(first)")
+            let watermarks = try await world.connection.query("SELECT environment, read_until FROM iap.notification_history_watermarks")
+            for row in watermarks {
+                let environment: String = try row.decode("environment")
+                let readUntil: Date = try row.decode("read_until")
+                #expect(abs(readUntil.timeIntervalSince(try #require(first[environment]).to)) < 0.001, "\(environment)")
+            }
+            #expect(watermarks.count == 2)
+            let second = try await reads("two")
+            for environment in ["Production", "Sandbox"] {
+                let (earlier, later) = (try #require(first[environment]), try #require(second[environment]))
+                #expect(abs(later.from.timeIntervalSince(earlier.to.addingTimeInterval(-3600))) < 0.001, "\(environment): \(earlier) then \(later)")
+            }
+        }
+    }
 }
