@@ -6,7 +6,8 @@ import Locking
 ///
 /// Serves `POST /verifyReceipt` (production) and `POST /sandbox/verifyReceipt` (sandbox), the
 /// Server API under `/inApps/` (production) and `/sandbox/inApps/` (sandbox; see
-/// `ServerAPISimulation`), `GET /__stats` (request and connection counts) and `GET /__api_stats`
+/// `ServerAPISimulation`), `GET /__stats` (request and connection counts), `POST /__release`
+/// (requests held by `hold_after_requests` go on) and `GET /__api_stats`
 /// (the Server API's requests and 429s per endpoint, with their times). It answers from a scenario (receipt ->
 /// environment, answer, scripted faults) or, for synthetic receipts, from the spec the receipt
 /// carries inside itself: `base64("simulated-receipt:" + JSON spec)`, so a million accounts need
@@ -25,6 +26,8 @@ public final class AppleSimulator: Sendable {
     /// Get Notification History's notifications, signed at start.
     let apiNotifications: [SimulatedHistoryNotification]
     private let verifyRequests = Locked(0)
+    /// Set by `POST /__release`: requests past `hold_after_requests` go on.
+    private let released = Locked(false)
     /// verifyReceipt requests that asked `exclude-old-transactions: true`.
     private let excludingOldTransactions = Locked(0)
     /// The benchmark's night (`POST /__night/N`): specs answer with their `night2` changes from 2 on.
@@ -73,6 +76,10 @@ public final class AppleSimulator: Sendable {
         if method == "GET" && path == "/__api_stats" {
             return .respond(status: 200, body: Self.json(apiTraffic.statistics))
         }
+        if method == "POST" && path == "/__release" {
+            released.withLock { $0 = true }
+            return .respond(status: 200, body: Self.json(["released": true]))
+        }
         if method == "POST", path.hasPrefix("/__night/"), let number = Int(path.dropFirst("/__night/".count)) {
             night.withLock { $0 = number }
             // A new first night starts over: scripted faults strike again.
@@ -89,8 +96,16 @@ public final class AppleSimulator: Sendable {
         case "/sandbox/verifyReceipt": endpoint = "Sandbox"
         default: return .respond(status: 404, body: Array("not found\n".utf8))
         }
-        verifyRequests.withLock { $0 += 1 }
+        let number = verifyRequests.withLock { count in
+            count += 1
+            return count
+        }
         _ = apiTraffic.admit("verifyReceipt", environment: endpoint, limited: false)
+        if let hold = scenario.holdAfterRequests, number > hold {
+            // Each connection has a thread of its own: waiting here holds only this request.
+            let deadline = Date().addingTimeInterval(120)
+            while !released.withLock({ $0 }) && Date() < deadline { usleep(5_000) }
+        }
         guard method == "POST" else { return .respond(status: 200, body: Self.json(["status": 21000])) }
         guard let request = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any],
               let receiptData = request["receipt-data"] as? String

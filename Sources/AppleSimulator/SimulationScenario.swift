@@ -24,6 +24,10 @@ public struct SimulationScenario: Sendable {
     public var latencyMilliseconds: Int
     /// `"hold_until_in_flight": N`: no answer after the first until N requests were in flight at once.
     public var holdUntilInFlight: Int?
+    /// `"hold_after_requests": N`: verifyReceipt answers the first N requests, then holds every
+    /// later one until `POST /__release` (or two minutes): a run that cannot end before the test
+    /// has done what it waits to do, however slow the machine.
+    public var holdAfterRequests: Int?
     public var receipts: [String: SimulatedReceipt]
     /// The Server API's world: original transaction id -> its chain.
     public var apiChains: [String: SimulatedAPIChain] = [:]
@@ -49,6 +53,7 @@ public struct SimulationScenario: Sendable {
         sharedSecret = root["shared_secret"] as? String
         latencyMilliseconds = root["latency_ms"] as? Int ?? 0
         holdUntilInFlight = root["hold_until_in_flight"] as? Int
+        holdAfterRequests = root["hold_after_requests"] as? Int
         var receipts: [String: SimulatedReceipt] = [:]
         for (key, value) in root["receipts"] as? [String: Any] ?? [:] {
             guard let spec = value as? [String: Any] else { throw SimulatorError("receipt \(key.prefix(16))…: not an object") }

@@ -107,16 +107,22 @@ import TestSupport
     /// signal (a test runner) and from one that blocks none (a shell, cron).
     @Test(arguments: [(SIGTERM, false), (SIGTERM, true), (SIGINT, true)])
     func aStopSignalFinishesInFlightWorkAndEndsInterrupted(signal: Int32, parentBlocksNoSignal: Bool) async throws {
-        try await RunWorld.with("sigterm") { world in
+        // Apple answers 40 requests, then holds the rest until the test has signalled: the run
+        // cannot end before the signal however slow the machine (a loaded one once let it finish
+        // all 300 accounts first, when the run's length came from Apple's latency).
+        try await RunWorld.with("sigterm", scenario: ["hold_after_requests": 40]) { world in
             let accounts = 300
-            try await Self.populate(world, count: accounts, latencyFault: 200)
+            try await Self.populate(world, count: accounts)
             let cli = try CLIProcess(["run", "--concurrency", "4", "--batch-size", "10", "--report-dir", world.reportRoot.path],
                                      environment: Self.environment(world), parentBlocksNoSignal: parentBlocksNoSignal)
-            // Signal once the run has committed its first batches, however slow the machine.
+            // Signal once the run has committed its first batches.
             try await waitUntil("the run committed 30 accounts") {
                 try await world.count("SELECT COALESCE(max(accounts_processed), 0) FROM iap.reconciliation_runs") >= 30
             }
             cli.signal(signal)
+            // The signal is taken on a thread of its own: once the run says so, the held requests may go on.
+            try await waitUntil("the run heard the signal") { cli.standardErrorSoFar.contains("run.signal=") }
+            try await world.simulator.release()
             let result = try await cli.wait()
             #expect(result.status == 1, "\(result.stderr.suffix(4000))")
             #expect(result.stdout.contains("interrupted"))

@@ -64,6 +64,8 @@ public final class CLIProcess: @unchecked Sendable {
 
     /// What it printed on stdout so far.
     public var standardOutputSoFar: String { stdout.text }
+    /// What it printed on stderr so far (its logs).
+    public var standardErrorSoFar: String { stderr.text }
 
     public func signal(_ number: Int32) {
         kill(process.processIdentifier, number)

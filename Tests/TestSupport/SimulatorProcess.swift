@@ -53,6 +53,13 @@ public final class SimulatorProcess: @unchecked Sendable {
         try? FileManager.default.removeItem(at: scenarioFile)
     }
 
+    /// Lets the requests held by `hold_after_requests` go on.
+    public func release() async throws {
+        let client = HTTPClient()
+        defer { client.shutdown() }
+        _ = try await client.execute(HTTPRequest(url: "http://127.0.0.1:\(port)/__release", method: "POST"))
+    }
+
     /// The simulator's counters: requests, connections, max_open_connections, max_in_flight.
     public func statistics() async throws -> [String: Int] {
         let client = HTTPClient()
