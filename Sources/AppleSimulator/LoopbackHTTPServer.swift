@@ -36,7 +36,7 @@ public final class LoopbackHTTPServer: Sendable {
     private let listener: Int32
     private let handler: Handler
     private let latency: Latency
-    /// Answers nothing but the first request until this many were in flight at once (or a minute
+    /// Answers nothing but the first request until this many were in flight at once (or 100 s
     /// passed): a test of concurrency then sees the most at once by construction, not by the clock.
     private let holdUntilInFlight: Int?
     private let statistics = Locked(Statistics())
@@ -148,7 +148,7 @@ public final class LoopbackHTTPServer: Sendable {
             // The first answer is not held: a client that prefers multiplexing (libcurl's PIPEWAIT)
             // opens no second connection before it has learnt from one that the server cannot.
             if let holdUntilInFlight, number > 1 {
-                let deadline = Date().addingTimeInterval(60)
+                let deadline = Date().addingTimeInterval(100)
                 while statistics.withLock({ $0.maximumInFlight }) < holdUntilInFlight && Date() < deadline { usleep(2_000) }
             }
             let wait = latency.sample()
