@@ -8,13 +8,11 @@ import Reconciliation
 /// suspects are verified again one at a time, each start counted first; the third start in a row
 /// that never finished sets the account aside.
 public struct UnfinishedAccount: Sendable, Equatable {
-    /// Starts that never finished, in a row.
-    public var unfinishedStarts: Int
-    /// Why the account was set aside; nil for a suspect that is still verified (alone).
+    /// Why the account was set aside; nil for a suspect that is still verified (alone). How many
+    /// starts it has left unfinished is `startAlone`'s business, in SQL.
     public var quarantineReason: String?
 
-    public init(unfinishedStarts: Int, quarantineReason: String? = nil) {
-        self.unfinishedStarts = unfinishedStarts
+    public init(quarantineReason: String? = nil) {
         self.quarantineReason = quarantineReason
     }
 }
@@ -27,10 +25,9 @@ extension ReconciliationStore {
     public func unfinished(of accounts: [String]) async throws -> [String: UnfinishedAccount] {
         var result: [String: UnfinishedAccount] = [:]
         for row in try await connection.query("""
-            SELECT account_id, unfinished_starts, quarantine_reason FROM iap.unfinished_accounts WHERE account_id = ANY(\(accounts))
+            SELECT account_id, quarantine_reason FROM iap.unfinished_accounts WHERE account_id = ANY(\(accounts))
             """) {
-            result[try row.decode("account_id")] = UnfinishedAccount(
-                unfinishedStarts: try row.decode("unfinished_starts"), quarantineReason: try row.decode("quarantine_reason"))
+            result[try row.decode("account_id")] = UnfinishedAccount(quarantineReason: try row.decode("quarantine_reason"))
         }
         return result
     }
