@@ -102,9 +102,7 @@ public final class AppleSimulator: Sendable {
         }
         _ = apiTraffic.admit("verifyReceipt", environment: endpoint, limited: false)
         if let hold = scenario.holdAfterRequests, number > hold {
-            // Each connection has a thread of its own: waiting here holds only this request.
-            let deadline = Date().addingTimeInterval(120)
-            while !released.withLock({ $0 }) && Date() < deadline { usleep(5_000) }
+            holdConnection(atMost: 120) { released.withLock { $0 } }
         }
         guard method == "POST" else { return .respond(status: 200, body: Self.json(["status": 21000])) }
         guard let request = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any],

@@ -148,8 +148,7 @@ public final class LoopbackHTTPServer: Sendable {
             // The first answer is not held: a client that prefers multiplexing (libcurl's PIPEWAIT)
             // opens no second connection before it has learnt from one that the server cannot.
             if let holdUntilInFlight, number > 1 {
-                let deadline = Date().addingTimeInterval(100)
-                while statistics.withLock({ $0.maximumInFlight }) < holdUntilInFlight && Date() < deadline { usleep(2_000) }
+                holdConnection(atMost: 100) { statistics.withLock { $0.maximumInFlight } >= holdUntilInFlight }
             }
             let wait = latency.sample()
             if wait > 0 { usleep(useconds_t(wait * 1_000)) }
@@ -240,4 +239,12 @@ public struct Latency: Sendable {
         let z = (-2 * log(u1)).squareRoot() * cos(2 * Double.pi * u2)
         return Int((Double(medianMilliseconds) * exp(sigma * z)).rounded())
     }
+}
+
+/// Holds one request on its connection's thread (each has a thread of its own, so only this
+/// request waits) until `released` says so or `seconds` have passed: the scenario's holds, which
+/// let a test decide when the simulator answers.
+func holdConnection(atMost seconds: TimeInterval, until released: () -> Bool) {
+    let deadline = Date().addingTimeInterval(seconds)
+    while !released() && Date() < deadline { usleep(2_000) }
 }
