@@ -7,7 +7,7 @@ import Locking
 /// Serves `POST /verifyReceipt` (production) and `POST /sandbox/verifyReceipt` (sandbox), the
 /// Server API under `/inApps/` (production) and `/sandbox/inApps/` (sandbox; see
 /// `ServerAPISimulation`), `GET /__stats` (request and connection counts), `POST /__release`
-/// (requests held by `hold_after_requests` go on) and `GET /__api_stats`
+/// (held requests go on), `POST /__hold/N` (release, then hold again after N more requests) and `GET /__api_stats`
 /// (the Server API's requests and 429s per endpoint, with their times). It answers from a scenario (receipt ->
 /// environment, answer, scripted faults) or, for synthetic receipts, from the spec the receipt
 /// carries inside itself: `base64("simulated-receipt:" + JSON spec)`, so a million accounts need
@@ -26,8 +26,8 @@ public final class AppleSimulator: Sendable {
     /// Get Notification History's notifications, signed at start.
     let apiNotifications: [SimulatedHistoryNotification]
     private let verifyRequests = Locked(0)
-    /// Set by `POST /__release`: requests past `hold_after_requests` go on.
-    private let released = Locked(false)
+    /// Which verifyReceipt requests wait for the test: `hold_after_requests`, re-armed by `POST /__hold/N`.
+    private let hold: Locked<Hold>
     /// verifyReceipt requests that asked `exclude-old-transactions: true`.
     private let excludingOldTransactions = Locked(0)
     /// The benchmark's night (`POST /__night/N`): specs answer with their `night2` changes from 2 on.
@@ -42,6 +42,7 @@ public final class AppleSimulator: Sendable {
     ) throws {
         self.scenario = scenario
         self.signingChain = signingChain
+        hold = Locked(Hold(after: scenario.holdAfterRequests))
         apiWorld = SimulatedAPIWorld(scenario.apiChains)
         apiTraffic = SimulatedAPITraffic(quota: scenario.apiQuota)
         apiNotifications = try signingChain.map { try SimulatedHistoryNotification.sign(scenario.apiNotifications, chain: $0) } ?? []
@@ -77,8 +78,13 @@ public final class AppleSimulator: Sendable {
             return .respond(status: 200, body: Self.json(apiTraffic.statistics))
         }
         if method == "POST" && path == "/__release" {
-            released.withLock { $0 = true }
+            hold.withLock { $0.release(thenAfter: nil) }
             return .respond(status: 200, body: Self.json(["released": true]))
+        }
+        if method == "POST", path.hasPrefix("/__hold/"), let more = Int(path.dropFirst("/__hold/".count)), more >= 0 {
+            let count = verifyRequests.withLock { $0 }
+            hold.withLock { $0.release(thenAfter: count + more) }
+            return .respond(status: 200, body: Self.json(["hold_after_requests": count + more]))
         }
         if method == "POST", path.hasPrefix("/__night/"), let number = Int(path.dropFirst("/__night/".count)) {
             night.withLock { $0 = number }
@@ -101,8 +107,8 @@ public final class AppleSimulator: Sendable {
             return count
         }
         _ = apiTraffic.admit("verifyReceipt", environment: endpoint, limited: false)
-        if let hold = scenario.holdAfterRequests, number > hold {
-            holdConnection(atMost: 120) { released.withLock { $0 } }
+        if let generation = hold.withLock({ $0.holds(number) }) {
+            holdConnection(atMost: 120) { hold.withLock { $0.generation != generation } }
         }
         guard method == "POST" else { return .respond(status: 200, body: Self.json(["status": 21000])) }
         guard let request = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any],
@@ -190,5 +196,24 @@ public final class AppleSimulator: Sendable {
     private final class HandlerBox: @unchecked Sendable {
         // Written once in AppleSimulator.init before the server accepts anything; read-only after.
         var simulator: AppleSimulator?
+    }
+}
+
+/// The test's hold on verifyReceipt: every request numbered after `after` waits until the next
+/// release. Each release starts a new generation, so the requests it let go are never caught by
+/// the hold armed after it, however late their thread looks.
+struct Hold {
+    var after: Int?
+    var generation = 0
+
+    /// The generation `number` waits out, or nil when it goes on at once.
+    func holds(_ number: Int) -> Int? {
+        guard let after, number > after else { return nil }
+        return generation
+    }
+
+    mutating func release(thenAfter next: Int?) {
+        generation += 1
+        after = next
     }
 }

@@ -25,8 +25,8 @@ public struct SimulationScenario: Sendable {
     /// `"hold_until_in_flight": N`: no answer after the first until N requests were in flight at once.
     public var holdUntilInFlight: Int?
     /// `"hold_after_requests": N`: verifyReceipt answers the first N requests, then holds every
-    /// later one until `POST /__release` (or two minutes): a run that cannot end before the test
-    /// has done what it waits to do, however slow the machine.
+    /// later one until `POST /__release` or `POST /__hold/N` (or two minutes): a run that cannot
+    /// end before the test has done what it waits to do, however slow the machine.
     public var holdAfterRequests: Int?
     public var receipts: [String: SimulatedReceipt]
     /// The Server API's world: original transaction id -> its chain.

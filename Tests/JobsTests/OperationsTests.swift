@@ -31,9 +31,15 @@ import TestSupport
         try await world.connection.copy(into: "iap.app_receipts", columns: ["account_id", "latest_receipt"], rows: receipts)
     }
 
-    /// SIGKILLs `cli` once its run (`run`, the run's id) has committed batches of its own,
-    /// however slow the machine.
-    static func killOnceCommitted(_ cli: CLIProcess, world: RunWorld, run: Int) async throws {
+    /// Starts `arguments` and SIGKILLs it once its run (`run`, the run's id) has committed 20
+    /// accounts of its own. The simulator answers `passing` more verifyReceipt requests and holds
+    /// every later one until the next run's hold is armed: however fast or slow the machine, the
+    /// run cannot end before its kill, and its held requests never reach the next run.
+    static func killOnceCommitted(
+        _ arguments: [String], environment: [String: String], world: RunWorld, run: Int, passing: Int = 40
+    ) async throws {
+        try await world.simulator.hold(after: passing)
+        let cli = try CLIProcess(arguments, environment: environment)
         try await waitUntil("run \(run) committed 20 accounts") {
             try await world.count("""
                 SELECT COALESCE((SELECT accounts_processed FROM iap.reconciliation_runs WHERE id = \(run)), 0)
@@ -154,16 +160,15 @@ import TestSupport
         let now = Date()
         try await RunWorld.with("sigkill", now: now) { killed in
             try await RunWorld.with("calm", now: now) { calm in
-                // About 23 seconds a whole run (2 in flight, 150 ms each: 13 accounts/s). Each kill
-                // comes once a run has committed 20 accounts, and must land while it still has 260
-                // to go, even on a loaded, sanitized machine: with 4 in flight a run under the full
-                // suite once finished before its kill arrived, and then proved nothing.
-                try await Self.populate(killed, count: 300, latencyFault: 150)
+                // Each kill lands once a run has committed 20 accounts, while the simulator holds
+                // its requests after the 40th: the run is long by construction, not by latency.
+                try await Self.populate(killed, count: 300)
                 try await Self.populate(calm, count: 300)
-                let arguments = ["run", "--concurrency", "2", "--batch-size", "7", "--report-dir", killed.reportRoot.path]
+                let arguments = ["run", "--concurrency", "4", "--batch-size", "7", "--report-dir", killed.reportRoot.path]
                 for round in 1...2 {
-                    try await Self.killOnceCommitted(try CLIProcess(arguments, environment: Self.environment(killed)), world: killed, run: round)
+                    try await Self.killOnceCommitted(arguments, environment: Self.environment(killed), world: killed, run: round)
                 }
+                try await killed.simulator.release()
                 let rerun = try await CLIProcess.run(arguments, environment: Self.environment(killed))
                 #expect(rerun.status == 0, "\(rerun.stderr)")
                 #expect(try await killed.count("SELECT count(*) FROM iap.reconciliation_runs WHERE status = 'interrupted'") == 2)

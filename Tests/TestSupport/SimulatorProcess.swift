@@ -55,9 +55,19 @@ public final class SimulatorProcess: @unchecked Sendable {
 
     /// Lets the requests held by `hold_after_requests` go on.
     public func release() async throws {
+        try await post("/__release")
+    }
+
+    /// Lets the held requests go on, and holds every verifyReceipt request after `more` further ones.
+    public func hold(after more: Int) async throws {
+        try await post("/__hold/\(more)")
+    }
+
+    private func post(_ path: String) async throws {
         let client = HTTPClient()
         defer { client.shutdown() }
-        _ = try await client.execute(HTTPRequest(url: "http://127.0.0.1:\(port)/__release", method: "POST"))
+        let response = try await client.execute(HTTPRequest(url: "http://127.0.0.1:\(port)\(path)", method: "POST"))
+        guard response.status == 200 else { throw TestSetupError(description: "the simulator answered \(response.status) to POST \(path)") }
     }
 
     /// The simulator's counters: requests, connections, max_open_connections, max_in_flight.
