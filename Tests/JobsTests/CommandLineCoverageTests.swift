@@ -163,4 +163,43 @@ import TestSupport
             }
         }
     }
+
+    /// TESTING.md's boundary table and guarantee map name the tests that hold each promise: a
+    /// test renamed or deleted would leave a row pointing at nothing, which nobody reading the map
+    /// would notice. Every suite (`...Tests`) and test function (camelCase) a row names must exist.
+    @Test func theGuaranteeMapNamesOnlyTestsThatExist() throws {
+        let testing = try String(contentsOf: TestPaths.repositoryRoot.appending(path: "TESTING.md"), encoding: .utf8)
+        let sections = ["## Boundaries", "## The README's guarantees and their tests"]
+        var rows: [Substring] = []
+        for heading in sections {
+            let start = try #require(testing.range(of: heading + "\n"), "TESTING.md has no \(heading)")
+            let rest = testing[start.upperBound...]
+            let end = rest.range(of: "\n## ")?.lowerBound ?? rest.endIndex
+            rows += rest[..<end].split(separator: "\n").filter { $0.hasPrefix("| ") && !$0.hasPrefix("| ---") }.dropFirst()
+        }
+        #expect(rows.count > 40, "the tables were not read: \(rows.count) rows")
+
+        let bodies = Self.testBodies
+        var suites = Set<String>()
+        let tests = TestPaths.repositoryRoot.appending(path: "Tests")
+        for case let file as URL in FileManager.default.enumerator(at: tests, includingPropertiesForKeys: nil) ?? .init()
+        where file.pathExtension == "swift" {
+            let text = try String(contentsOf: file, encoding: .utf8)
+            suites.formUnion(text.matches(of: /struct (\w+Tests)\b/).map { String($0.1) })
+        }
+        var named = 0
+        for row in rows {
+            let cell = row.split(separator: "|").last ?? ""
+            for word in cell.matches(of: /[A-Za-z][A-Za-z0-9]+/).map({ String($0.0) }) {
+                if word.first!.isUppercase, word.hasSuffix("Tests") {
+                    named += 1
+                    #expect(suites.contains(word), "TESTING.md names a suite that does not exist: \(word)")
+                } else if word.first!.isLowercase, word.count > 12, word.contains(where: \.isUppercase) {
+                    named += 1
+                    #expect(bodies[word] != nil, "TESTING.md names a test that does not exist: \(word)")
+                }
+            }
+        }
+        #expect(named > 100, "\(named) names read")
+    }
 }
