@@ -29,7 +29,7 @@ struct ExplainCommand: AsyncParsableCommand {
     @Argument(help: "The account id (iap.app_receipts.account_id).")
     var account: String
 
-    @Flag(help: "JSON for tools (its shape is in the README) instead of text for a person.")
+    @Flag(help: "JSON for tools (its shape is in docs/explain.md) instead of text for a person.")
     var json = false
 
     @Option(help: ArgumentHelp("Decide as of this time (ISO 8601, e.g. 2026-11-20T12:00:00Z) instead of now.", valueName: "time"))

@@ -26,7 +26,7 @@ struct SimulateAppleServe: ParsableCommand {
             APPLE_SANDBOX_URL=http://127.0.0.1:PORT/sandbox/verifyReceipt.
 
             Answers come from the scenario file (receipt -> environment, answer, scripted faults; see \
-            README) or, for synthetic receipts (base64 of "simulated-receipt:" + JSON spec), from the \
+            docs/development.md) or, for synthetic receipts (base64 of "simulated-receipt:" + JSON spec), from the \
             spec inside the receipt. Prints "listening on http://127.0.0.1:PORT" once ready, then serves \
             until killed.
 
