@@ -148,7 +148,7 @@ public final class LoopbackHTTPServer: Sendable {
             // The first answer is not held: a client that prefers multiplexing (libcurl's PIPEWAIT)
             // opens no second connection before it has learnt from one that the server cannot.
             if let holdUntilInFlight, number > 1 {
-                holdConnection(atMost: 100) { statistics.withLock { $0.maximumInFlight } >= holdUntilInFlight }
+                holdConnection(atMost: 280) { statistics.withLock { $0.maximumInFlight } >= holdUntilInFlight }
             }
             let wait = latency.sample()
             if wait > 0 { usleep(useconds_t(wait * 1_000)) }
