@@ -3,7 +3,7 @@ import Testing
 import TestSupport
 
 /// Which test runs each option and variable as a user would (issue 33), checked against the
-/// program's `--help` and the README's tables, so that the next option added without a README row
+/// program's `--help` and the documentation's tables, so that the next option added without a row
 /// or a command-line test fails here instead of passing unseen.
 ///
 /// A test listed for an option must run the built executable (`CLIProcess`, or the `explain`
@@ -215,8 +215,10 @@ import TestSupport
                 let named = Set(line.matches(of: /`([a-z-]+)/).map { String($0.1) })
                 sections.append((named, []))
             } else if line.hasPrefix("| `") || line.hasPrefix("| -"), !line.hasPrefix("|--"), !sections.isEmpty {
-                sections[sections.count - 1].rows.append(line.split(separator: "|", omittingEmptySubsequences: false)
-                    .dropFirst().map { $0.trimmingCharacters(in: .whitespaces) })
+                // `\|` is a bar inside a cell (`--sandbox allow\|deny`), not a cell's end.
+                sections[sections.count - 1].rows.append(line.replacingOccurrences(of: "\\|", with: "\u{1}")
+                    .split(separator: "|", omittingEmptySubsequences: false)
+                    .dropFirst().map { $0.replacingOccurrences(of: "\u{1}", with: "|").trimmingCharacters(in: .whitespaces) })
             }
         }
         #expect(sections.count >= 8, "docs/configuration.md was not read: \(sections.count) sections")
