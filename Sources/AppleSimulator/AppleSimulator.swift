@@ -193,8 +193,10 @@ public final class AppleSimulator: Sendable {
     }
 
     /// Lets the server's handler reach the simulator that owns the server.
+    ///
+    /// `@unchecked Sendable`: `simulator` is written once, in `AppleSimulator.init`, before the
+    /// server accepts a connection; every thread only reads it after.
     private final class HandlerBox: @unchecked Sendable {
-        // Written once in AppleSimulator.init before the server accepts anything; read-only after.
         var simulator: AppleSimulator?
     }
 }

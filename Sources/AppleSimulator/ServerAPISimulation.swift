@@ -17,8 +17,11 @@ import Foundation
 /// Transaction History and Get All Subscription Statuses asked with any id of one of them answer
 /// with all of them. A chain that names none is a customer of its own; the chains derived from
 /// one receipt (`from_receipts`) are one customer.
+///
+/// `@unchecked Sendable`: for its `[String: Any]` payloads, which hold only what
+/// `JSONSerialization` makes (strings, numbers, arrays, dictionaries: immutable values). The
+/// simulator sets every field in `init` and only reads them after.
 public struct SimulatedAPIChain: @unchecked Sendable {
-    // Immutable after init; the payloads are plain JSON values.
     public var customer: String?
     public var environment: String
     public var bundleId: String

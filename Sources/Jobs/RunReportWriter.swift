@@ -7,8 +7,11 @@ import Storage
 /// Writes a run's report files under the report directory: `failures.csv` as the run goes (so
 /// memory stays flat), then `corrections.csv` (streamed from the database), `summary.json` and
 /// `summary.md`, each a `ReportFile`, so a reader never sees half a file.
+///
+/// `@unchecked Sendable`: used by one task at a time, never two at once: the run's writer task
+/// while batches are written, then the run's own task once the writer has returned (the
+/// suspects, then `finish`).
 public final class RunReportWriter: @unchecked Sendable {
-    // Used by the run's writer task only, one batch at a time.
     public let directory: URL
     /// Open until `finish`.
     private let failures: ReportFile

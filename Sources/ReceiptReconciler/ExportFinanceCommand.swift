@@ -104,3 +104,7 @@ final class CSVSink {
         }
     }
 }
+
+/// The export's one task writes it; never shared.
+@available(*, unavailable)
+extension CSVSink: Sendable {}

@@ -104,3 +104,8 @@ public struct ReportError: Error, CustomStringConvertible {
     public var description: String
     public init(description: String) { self.description = description }
 }
+
+/// A file being written belongs to the task that writes it: its buffer and descriptor are
+/// never shared (`RunReportWriter` says how a run hands its files from one task to the next).
+@available(*, unavailable)
+extension ReportFile: Sendable {}
