@@ -27,7 +27,8 @@ let package = Package(
         // A lock the thread sanitizer understands, shared by the modules below.
         .target(name: "Locking"),
 
-        // FNV-1a, the one stable checksum (migrations, the ledger digest); SplitMix64, the one seedable generator.
+        // The stable checksums (FNV-1a: migrations, the ledger digest; MurmurHash64A: receipt blobs) and
+        // SplitMix64, the one seedable generator.
         .target(name: "Hashing"),
 
         // Dates as text, the one owner: every timestamp written or read, by hand (no DateFormatter).
@@ -62,23 +63,28 @@ let package = Package(
         // Waiting well: bounded concurrency, request rates, backoff with jitter, the storm gate.
         .target(name: "Throttling", dependencies: ["Locking"]),
 
-        // Apple's verifyReceipt protocol: the client, its retry policy and the outcome of a verification.
+        // Apple's two clients: verifyReceipt (routing, retries, the outcome of a verification) and the App
+        // Store Server API (paging, its retry policy, the ES256 JWT, Apple's budget), sharing connections and stops.
         .target(name: "AppStore", dependencies: ["AppStoreModels", "HTTP", "Throttling", "Locking", crypto, logging]),
 
-        // The local verifyReceipt simulator that the demo, the tests and the benchmark talk to.
+        // The local Apple (verifyReceipt, the Server API, signed notifications with a test chain) that the
+        // demo, the tests and the benchmark talk to.
         .target(name: "AppleSimulator", dependencies: ["AppStoreModels", "CivilCalendar", "Locking", crypto, x509, .product(name: "SwiftASN1", package: "swift-asn1")]),
 
-        // Entitlement rules, the diff, and the reports' content and rows: pure functions, no I/O.
+        // The domain, pure (no I/O): verified facts, entitlement rules, the diff, the comparison of two
+        // sources, explain's decisions, the run's counts and the reports' content.
         .target(name: "Reconciliation", dependencies: ["AppStoreModels", "CivilCalendar"]),
 
         // Report and export files: written aside and renamed into place whole, failures named.
         .target(name: "ReportOutput"),
 
-        // The SQL of a run: due accounts in keyset pages, batch writes, applying corrections.
-        .target(name: "Storage", dependencies: ["Postgres", "AppStoreModels", "Reconciliation", "CivilCalendar", "Hashing"]),
+        // All the SQL, and every transaction: pages of accounts, batch commits, applying, notifications and
+        // their transactions, the run lock, quarantine marks, the ledger's finance events, explain's evidence.
+        .target(name: "Storage", dependencies: ["Postgres", "AppStoreModels", "Reconciliation", "CivilCalendar", "Hashing", "Throttling"]),
 
-        // A run from start to report: the pipeline, safety limits, reports.
-        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "AppStoreModels", "SignedData", "Throttling", "Reconciliation", "ReportOutput", "CivilCalendar", "Postgres", "Locking", logging]),
+        // A run from lock to report: its phases, Apple's sources behind one seam, notifications, the safety
+        // limit, the report files. No SQL and no libpq: Storage's stores and transactions only.
+        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "AppStoreModels", "SignedData", "Throttling", "Reconciliation", "ReportOutput", "CivilCalendar", "Locking", logging]),
 
         // What `inspect` shows of a receipt or of signed data (with every check), as text or JSON.
         .target(name: "Inspection", dependencies: ["AppStoreModels", "SignedData", "Reconciliation", "CivilCalendar"]),
@@ -98,7 +104,7 @@ let package = Package(
             // No top-level code: the entry point is `receipt_fuzz_main`, defined by hand for libFuzzer.
             swiftSettings: [.unsafeFlags(["-parse-as-library"])]),
 
-        // The executable: commands, wiring, logging, exit codes.
+        // The executable: commands and their options, wiring, logging, exit statuses, the stop signals.
         .executableTarget(
             name: "receipt-reconciler",
             dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "Hashing", "CivilCalendar", "ReportOutput", "Reconciliation", "Storage", "Jobs", "Throttling", "CommandLineValues", "Inspection", argumentParser, logging],

@@ -23,18 +23,3 @@ public struct APIQuotaOverride: Sendable, Equatable {
         self.rate = rate
     }
 }
-
-/// `K/N`: shard K (0-based) of N.
-public struct Shard: Sendable, Equatable {
-    public var index: Int
-    public var count: Int
-
-    public init?(argument: String) {
-        let parts = argument.split(separator: "/", omittingEmptySubsequences: false)
-        guard parts.count == 2, let index = Int(parts[0]), let count = Int(parts[1]), count > 0, (0..<count).contains(index) else {
-            return nil
-        }
-        self.index = index
-        self.count = count
-    }
-}

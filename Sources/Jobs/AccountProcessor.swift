@@ -7,13 +7,6 @@ import Reconciliation
 import Storage
 import Throttling
 
-/// One account's stored receipts and entitlements, as a page read them.
-struct AccountWork: Sendable {
-    var accountId: String
-    var receipts: [StoredReceipt]
-    var stored: [Entitlement]
-}
-
 /// What the writer commits for one account: receipt rows, ledger rows, planned corrections,
 /// and the counts and failure lines of the report.
 struct AccountResult: Sendable {

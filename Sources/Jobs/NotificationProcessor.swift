@@ -2,7 +2,6 @@ import AppStoreModels
 import CivilCalendar
 import Foundation
 import Logging
-import Postgres
 import Reconciliation
 import SignedData
 import Storage
@@ -14,7 +13,6 @@ import Storage
 /// used before every signed part of it has verified.
 struct NotificationProcessor: Sendable {
     var store: NotificationStore
-    var ledger: ReconciliationStore
     var sharedSecret: String
     var verifier: SignedDataVerifier
     /// Unmatched notifications are retried until they are this old, then given up.
@@ -25,7 +23,7 @@ struct NotificationProcessor: Sendable {
     func process(runId: Int64, now: Date, summary: inout RunSummary) async throws {
         var after: (Date, Int64)?
         while true {
-            let page = try await ReconciliationRun.retryingLostConnections(logger: logger) { [after] in
+            let page = try await withDatabaseRetry(logger: logger) { [after] in
                 try await store.unprocessed(after: after, limit: 500)
             }
             guard let last = page.last else { return }
@@ -33,7 +31,7 @@ struct NotificationProcessor: Sendable {
             for pending in page {
                 // Counted before the work, in a statement of its own: a process that dies on this
                 // notification leaves the count, and the third such start sets it aside.
-                let start = try await ReconciliationRun.retryingLostConnections(logger: logger) {
+                let start = try await withDatabaseRetry(logger: logger) {
                     try await store.start(pending.id, runId: runId, now: now)
                 }
                 switch start {
@@ -45,10 +43,8 @@ struct NotificationProcessor: Sendable {
                 case .process: break
                 }
                 TestFault.dieIfPoison(notificationId: pending.id)
-                let processed = try await ReconciliationRun.retryingLostConnections(logger: logger) {
-                    try await store.connection.withTransaction { _ in
-                        try await store.claim(pending.id) ? try await process(pending, runId: runId, now: now) : nil
-                    }
+                let processed = try await withDatabaseRetry(logger: logger) {
+                    try await store.process(pending.id, runId: runId, now: now) { tx in try await process(pending, tx) }
                 }
                 // Claimed by another worker (another shard), or processed meanwhile.
                 guard let result = processed else { continue }
@@ -74,48 +70,48 @@ struct NotificationProcessor: Sendable {
         var reason: String?
     }
 
-    /// One notification, in the caller's transaction. Locks are taken in a batch's order
+    /// One notification, in its transaction (`tx`). Locks are taken in a batch's order
     /// (receipts, then the ledger), so the two never deadlock.
-    private func process(_ pending: NotificationStore.Pending, runId: Int64, now: Date) async throws -> Processed {
+    private func process(_ pending: NotificationStore.Pending, _ tx: NotificationWrite) async throws -> Processed {
         let body = Array(pending.body.utf8)
         if let signedPayload = NotificationV2Body.signedPayload(body) {
-            return try await processV2(pending, signedPayload: signedPayload, runId: runId, now: now)
+            return try await processV2(pending, signedPayload: signedPayload, tx)
         }
         let notification: ServerNotification
         do {
             notification = try ServerNotification.decode(body)
         } catch {
-            try await store.mark(pending.id, outcome: .invalid, reason: "\(error)", processed: true, accountId: nil, runId: runId, now: now)
+            try await tx.record(.invalid, reason: "\(error)")
             logger.warning("notification.invalid", metadata: ["notification.id": "\(pending.id)", "notification.reason": "\(error)"])
             return Processed(type: "(none)", label: "(none)", outcome: .invalid)
         }
         let type = notification.notificationType
         guard notification.passwordMatches(sharedSecret) else {
             let reason = "the password is not the shared secret"
-            try await store.mark(pending.id, outcome: .rejected, reason: reason, processed: true, accountId: nil, runId: runId, now: now)
+            try await tx.record(.rejected, reason: reason)
             logger.warning("notification.rejected", metadata: [
                 "notification.id": "\(pending.id)", "notification.type": "\(type)", "notification.reason": "\(reason)",
             ])
             return Processed(type: type, label: type, outcome: .rejected, reason: reason)
         }
-        guard let account = try await matchedAccount(pending, notification.originalTransactionIds, runId: runId, now: now) else {
+        guard let account = try await matchedAccount(pending, notification.originalTransactionIds, tx) else {
             return Processed(type: type, label: type, outcome: .unmatched)
         }
         let environment = notification.appleEnvironment ?? .production
-        try await ledger.upsertLedger(notification.unifiedReceipt.latestReceiptInfo.map {
+        try await tx.upsertLedger(notification.unifiedReceipt.latestReceiptInfo.map {
             LedgerEntry(accountId: account, transaction: $0, environment: environment, source: .notificationV1)
         })
-        try await store.mark(pending.id, outcome: .applied, processed: true, accountId: account, runId: runId, now: now)
+        try await tx.record(.applied, accountId: account)
         return Processed(type: type, label: type, outcome: .applied, account: account)
     }
 
     /// A V2 notification (contract section 9): verified whole first, then as v1 with its one transaction.
-    private func processV2(_ pending: NotificationStore.Pending, signedPayload: String, runId: Int64, now: Date) async throws -> Processed {
+    private func processV2(_ pending: NotificationStore.Pending, signedPayload: String, _ tx: NotificationWrite) async throws -> Processed {
         let verified: VerifiedNotificationV2
         do {
             verified = try await verifier.verifyNotification(signedPayload: signedPayload)
         } catch {
-            try await store.mark(pending.id, outcome: .rejected, reason: error.reason, processed: true, accountId: nil, runId: runId, now: now)
+            try await tx.record(.rejected, reason: error.reason)
             logger.warning("notification.rejected", metadata: [
                 "notification.id": "\(pending.id)", "notification.version": "2", "notification.reason": "\(error)",
             ])
@@ -125,42 +121,42 @@ struct NotificationProcessor: Sendable {
         let payload = verified.payload
         let type = payload.notificationType
         let label = "v2 " + type + (payload.subtype.map { "/" + $0 } ?? "")
-        if let uuid = payload.notificationUUID, try await store.wasProcessed(notificationUUID: uuid, except: pending.id) {
-            try await store.mark(pending.id, outcome: .duplicate, processed: true, accountId: nil, runId: runId, now: now)
+        if let uuid = payload.notificationUUID, try await tx.wasProcessedBefore(notificationUUID: uuid) {
+            try await tx.record(.duplicate)
             return Processed(type: type, label: label, outcome: .duplicate)
         }
         let ids = [verified.transaction.map { $0.originalTransactionId ?? $0.transactionId }, verified.renewalInfo?.originalTransactionId]
             .compactMap { $0 }
         guard type != "TEST", !ids.isEmpty else {
-            try await store.mark(pending.id, outcome: .recorded, processed: true, accountId: nil, runId: runId, now: now)
+            try await tx.record(.recorded)
             return Processed(type: type, label: label, outcome: .recorded)
         }
-        guard let account = try await matchedAccount(pending, ids, runId: runId, now: now) else {
+        guard let account = try await matchedAccount(pending, ids, tx) else {
             return Processed(type: type, label: label, outcome: .unmatched)
         }
         if let transaction = verified.transaction {
             let environment = AppleEnvironment(appleName: transaction.environment ?? payload.environment) ?? .production
-            try await ledger.upsertLedger([LedgerEntry(
+            try await tx.upsertLedger([LedgerEntry(
                 accountId: account, transaction: transaction.ledgerTransaction, environment: environment, source: .notificationV2,
                 price: transaction.signedPrice)])
             // Only Apple's signed word clears a refund: a reversal whose transaction no longer carries one.
             if type == "REFUND_REVERSED" && transaction.revocationDate == nil {
-                try await ledger.clearRevocation(transactionId: transaction.transactionId, source: .notificationV2)
+                try await tx.clearRevocation(transactionId: transaction.transactionId, source: .notificationV2)
             }
         }
-        try await store.mark(pending.id, outcome: .applied, processed: true, accountId: account, runId: runId, now: now)
+        try await tx.record(.applied, accountId: account)
         return Processed(type: type, label: label, outcome: .applied, account: account)
     }
 
     /// The account owning one of these original transaction ids, made due now; nil (and the
     /// notification left for later runs, or given up when too old) when none does.
-    private func matchedAccount(_ pending: NotificationStore.Pending, _ ids: [String], runId: Int64, now: Date) async throws -> String? {
-        guard let account = try await store.account(owning: ids) else {
-            let givenUp = now.timeIntervalSince(pending.receivedAt) > maximumAge.timeInterval
-            try await store.mark(pending.id, outcome: .unmatched, processed: givenUp, accountId: nil, runId: runId, now: now)
+    private func matchedAccount(_ pending: NotificationStore.Pending, _ ids: [String], _ tx: NotificationWrite) async throws -> String? {
+        guard let account = try await tx.account(owning: ids) else {
+            let givenUp = tx.now.timeIntervalSince(pending.receivedAt) > maximumAge.timeInterval
+            try await tx.record(.unmatched, processed: givenUp)
             return nil
         }
-        try await store.requestReverification(accountId: account, now: now)
+        try await tx.requestReverification(accountId: account)
         return account
     }
 }

@@ -79,7 +79,7 @@ public struct RunOptions: Sendable {
     }
 
     public var shardText: String? {
-        selection.shard.map { "\($0.index)/\($0.count)" }
+        selection.shard?.description
     }
 }
 

@@ -36,7 +36,8 @@ struct IngestNotificationsCommand: AsyncParsableCommand {
             func flush() async throws {
                 guard !pending.isEmpty else { return }
                 do {
-                    let new = try await store.connection.withTransaction { _ in try await store.insert(bodies: pending.map(\.body)) }
+                    // One statement: the page is stored whole or not at all.
+                    let new = try await store.insert(bodies: pending.map(\.body))
                     stored += new
                     alreadyStored += pending.count - new
                 } catch let error as PostgresError where !error.isConnectionError {

@@ -164,7 +164,7 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     let serverAPIConfiguration = options.source == .serverAPI || options.crossCheck
         ? (try common.appStoreConnect.credentials(bundleIds: common.app.configuredBundleIds()), try common.appStoreConnect.endpoints())
         : nil
-    let connections = ReconciliationRun.Connections(
+    let sessions = RunSessions(
         lock: try await PostgresConnection.connect(connectionString),
         reader: try await PostgresConnection.connect(connectionString),
         writer: try await PostgresConnection.connect(connectionString))
@@ -183,7 +183,7 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
         printPlan = { plan in FileHandle.standardOutput.write(Data((plan.lines.joined(separator: "\n") + "\n").utf8)) }
     }
     let run = ReconciliationRun(
-        options: options, connections: connections, client: client, serverAPI: serverAPI, sharedSecret: secret, logger: logger,
+        options: options, sessions: sessions, client: client, serverAPI: serverAPI, sharedSecret: secret, logger: logger,
         planned: printPlan)
 
     // SIGTERM and SIGINT: stop taking accounts, finish what is in flight, commit, end `interrupted`.

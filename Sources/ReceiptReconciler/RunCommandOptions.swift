@@ -153,7 +153,7 @@ struct RunCommandOptions: ParsableArguments {
     }
 
     func runOptions(kind: RunKind, selection: AccountSelection.Kind) throws -> RunOptions {
-        var options = RunOptions(kind: kind, selection: AccountSelection(kind: selection, shard: shard.map { ($0.index, $0.count) }))
+        var options = RunOptions(kind: kind, selection: AccountSelection(kind: selection, shard: shard))
         options.isDryRun = dryRun
         options.concurrency = concurrency
         options.requestsPerSecond = rateLimit

@@ -108,17 +108,30 @@ public struct NotificationStore: Sendable {
             """).count
     }
 
-    /// Locks one notification for the caller's transaction, after `start` took it for this run
-    /// (which decides between shards: a live run of another shard that tried it tonight keeps it);
-    /// false when another transaction holds it or it was processed meanwhile.
-    public func claim(_ id: Int64) async throws -> Bool {
+    /// Processes one notification in one transaction: locks it (after `start` took it for this
+    /// run, which decides between shards: a live run of another shard that tried it tonight keeps
+    /// it), then hands `body` the only handle that writes its effects and its outcome, which
+    /// commit together or not at all. Nil, and nothing done, when another transaction holds it
+    /// or it was processed meanwhile.
+    public func process<Result: Sendable>(
+        _ id: Int64, runId: Int64, now: Date, _ body: (NotificationWrite) async throws -> Result
+    ) async throws -> Result? {
+        try await connection.withTransaction { _ in
+            guard try await claim(id) else { return nil }
+            return try await body(NotificationWrite(store: self, id: id, runId: runId, now: now))
+        }
+    }
+
+    /// Locks one notification for the caller's transaction; false when another transaction holds
+    /// it or it was processed meanwhile.
+    func claim(_ id: Int64) async throws -> Bool {
         try await !connection.query("""
             SELECT 1 FROM iap.notifications WHERE id = \(id) AND processed_at IS NULL FOR UPDATE SKIP LOCKED
             """).isEmpty
     }
 
     /// The account whose ledger or entitlements hold one of these original transaction ids.
-    public func account(owning originalTransactionIds: [String]) async throws -> String? {
+    func account(owning originalTransactionIds: [String]) async throws -> String? {
         guard !originalTransactionIds.isEmpty else { return nil }
         return try await connection.query("""
             SELECT account_id FROM (
@@ -130,7 +143,7 @@ public struct NotificationStore: Sendable {
     }
 
     /// Records an outcome and why; `processed` false leaves it for a later run (unmatched, not given up).
-    public func mark(
+    func mark(
         _ id: Int64, outcome: NotificationOutcome, reason: String? = nil, processed: Bool, accountId: String?, runId: Int64?, now: Date
     ) async throws {
         try await connection.execute("""
@@ -142,7 +155,7 @@ public struct NotificationStore: Sendable {
     }
 
     /// Whether another notification with this notificationUUID was applied or recorded already.
-    public func wasProcessed(notificationUUID: String, except id: Int64) async throws -> Bool {
+    func wasProcessed(notificationUUID: String, except id: Int64) async throws -> Bool {
         try await !connection.query("""
             SELECT 1 FROM iap.notifications
             WHERE notification_uuid = \(notificationUUID) AND id <> \(id) AND outcome IN ('applied', 'recorded') AND processed_at IS NOT NULL
@@ -158,3 +171,55 @@ public struct NotificationStore: Sendable {
             """)
     }
 }
+
+/// What one notification's transaction may do (`NotificationStore.process`): read what matching
+/// needs, write the ledger and the account's reverification, record the outcome. Everything goes
+/// through the transaction's own session; the handle must not outlive the call that gave it.
+public struct NotificationWrite {
+    fileprivate let store: NotificationStore
+    public let id: Int64
+    fileprivate let runId: Int64
+    /// The run's clock.
+    public let now: Date
+
+    fileprivate init(store: NotificationStore, id: Int64, runId: Int64, now: Date) {
+        self.store = store
+        self.id = id
+        self.runId = runId
+        self.now = now
+    }
+
+    private var ledger: ReconciliationStore { ReconciliationStore(connection: store.connection) }
+
+    /// Records the outcome and why; `processed` false leaves it for a later run (unmatched, not given up).
+    public func record(_ outcome: NotificationOutcome, reason: String? = nil, processed: Bool = true, accountId: String? = nil) async throws {
+        try await store.mark(id, outcome: outcome, reason: reason, processed: processed, accountId: accountId, runId: runId, now: now)
+    }
+
+    /// The account whose ledger or entitlements hold one of these original transaction ids.
+    public func account(owning originalTransactionIds: [String]) async throws -> String? {
+        try await store.account(owning: originalTransactionIds)
+    }
+
+    /// Whether another notification with this notificationUUID was applied or recorded already.
+    public func wasProcessedBefore(notificationUUID: String) async throws -> Bool {
+        try await store.wasProcessed(notificationUUID: notificationUUID, except: id)
+    }
+
+    /// Makes the account's receipts due now, as `NotificationStore.requestReverification`.
+    public func requestReverification(accountId: String) async throws {
+        try await store.requestReverification(accountId: accountId, now: now)
+    }
+
+    public func upsertLedger(_ entries: [LedgerEntry]) async throws {
+        try await ledger.upsertLedger(entries)
+    }
+
+    public func clearRevocation(transactionId: String, source: LedgerSource) async throws {
+        try await ledger.clearRevocation(transactionId: transactionId, source: source)
+    }
+}
+
+/// A handle of one transaction, on the task that runs it: never sent elsewhere.
+@available(*, unavailable)
+extension NotificationWrite: Sendable {}

@@ -4,7 +4,8 @@ import Reconciliation
 
 extension ReconciliationStore {
     /// Records a new run as `running` and returns its id.
-    public func createRun(kind: RunKind, isDryRun: Bool, startedAt: Date, shard: String?, options: PostgresJSON) async throws -> Int64 {
+    public func createRun(kind: RunKind, isDryRun: Bool, startedAt: Date, shard: String?, options: some Encodable) async throws -> Int64 {
+        let options = try PostgresJSON(encoding: options)
         let rows = try await connection.query("""
             INSERT INTO iap.reconciliation_runs (kind, status, dry_run, started_at, shard, options)
             VALUES (\(kind.rawValue), 'running', \(isDryRun), \(startedAt), \(shard), \(options)) RETURNING id
@@ -20,7 +21,7 @@ extension ReconciliationStore {
     /// operator raised it, say); a re-verified account's fresh plan supersedes the old one.
     /// Records the runs taken over (and those they had taken over) in `adopted_from`, so the safety
     /// limit counts each of their accounts once. Returns how many corrections moved.
-    public func adoptInterruptedRuns(runId: Int64, shard: (index: Int, count: Int)?, now: Date) async throws -> Int {
+    public func adoptInterruptedRuns(runId: Int64, shard: Shard?, now: Date) async throws -> Int {
         let (shardIndex, shardCount) = (shard.map(\.index), shard.map(\.count))
         return try await connection.withTransaction { connection in
             // Dead for sure: every run but the live workers of this run's own layout (other shards of K/N).
@@ -60,7 +61,7 @@ extension ReconciliationStore {
     /// The accounts the safety limit counts for this run: those it processed and those of the
     /// runs whose plans it took over (`adopted_from`) that it did not process again, each once,
     /// within the run's shard. An account's receipts name the last run that processed it.
-    public func accountsCounted(runId: Int64, shard: (index: Int, count: Int)?) async throws -> Int {
+    public func accountsCounted(runId: Int64, shard: Shard?) async throws -> Int {
         try await connection.query("""
             SELECT count(DISTINCT account_id) AS accounts FROM iap.app_receipts
             WHERE last_run_id = ANY(SELECT \(runId) UNION SELECT unnest(adopted_from) FROM iap.reconciliation_runs WHERE id = \(runId))
@@ -71,7 +72,7 @@ extension ReconciliationStore {
     /// Counts a batch as committed, in the batch's transaction; false when this batch was
     /// committed already (its COMMIT landed but the acknowledgement was lost), so the retry
     /// writes nothing a second time.
-    public func claimBatch(runId: Int64, sequence: Int) async throws -> Bool {
+    func claimBatch(runId: Int64, sequence: Int) async throws -> Bool {
         let claimed = try await connection.execute("""
             UPDATE iap.reconciliation_runs SET batches_written = \(sequence)
             WHERE id = \(runId) AND batches_written = \(sequence - 1)

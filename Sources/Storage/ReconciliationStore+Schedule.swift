@@ -10,7 +10,7 @@ extension ReconciliationStore {
     /// `atRiskUntil`, or still granted over a refund in the ledger), then those not verified within
     /// `fullCycle`, oldest verification first. Deferred receipts wait for their `next_attempt_at`.
     public func planSchedule(
-        runId: Int64, shard: (index: Int, count: Int)?, now: Date, staleAfter: Duration, fullCycle: Duration, atRiskUntil: Date,
+        runId: Int64, shard: Shard?, now: Date, staleAfter: Duration, fullCycle: Duration, atRiskUntil: Date,
         capacity: Int?
     ) async throws -> (due: [ScheduleReason: Int], scheduled: [ScheduleReason: Int]) {
         let staleBefore = now.adding(.zero - staleAfter)

@@ -1,4 +1,5 @@
 import Postgres
+import Reconciliation
 
 /// One run at a time per database, while shard workers of one layout run together: an unsharded
 /// run takes the run lock exclusively; a shard worker of K/N takes it shared, the layout N's lock
@@ -12,13 +13,13 @@ public enum RunLock {
     static let layoutClass: Int64 = 0x7272_6C79  // "rrly"
 
     /// The advisory keys a run of this shard holds.
-    static func keys(shard: (index: Int, count: Int)?) -> [Int64] {
+    static func keys(shard: Shard?) -> [Int64] {
         guard let shard else { return [runKey] }
         return [runKey, layoutClass << 32 | Int64(shard.count), runKey + 1 + Int64(shard.count) << 20 + Int64(shard.index)]
     }
 
     /// Tries to take the lock; false when another run holds it (or a worker of another shard layout runs).
-    public static func tryAcquire(_ connection: PostgresConnection, shard: (index: Int, count: Int)?) async throws -> Bool {
+    public static func tryAcquire(_ connection: PostgresConnection, shard: Shard?) async throws -> Bool {
         let keys = keys(shard: shard)
         guard shard != nil else {
             return try await connection.query("SELECT pg_try_advisory_lock(\(keys[0])) AS ok")[0].decode("ok")
@@ -47,7 +48,7 @@ public enum RunLock {
 
     /// True while this connection's session still holds every lock of the run: false after the
     /// connection was lost and reconnected (the server restarted, the session was terminated).
-    public static func isHeld(_ connection: PostgresConnection, shard: (index: Int, count: Int)?) async throws -> Bool {
+    public static func isHeld(_ connection: PostgresConnection, shard: Shard?) async throws -> Bool {
         let keys = PostgresArray(keys(shard: shard))
         return try await connection.query("""
             SELECT count(DISTINCT (classid::bigint << 32) | objid::bigint) = cardinality(\(keys)::bigint[]) AS held

@@ -256,9 +256,9 @@ public struct AccountSelection: Sendable {
 
     public var kind: Kind
     /// Only accounts whose hash falls in shard `index` of `count` (0-based).
-    public var shard: (index: Int, count: Int)?
+    public var shard: Shard?
 
-    public init(kind: Kind, shard: (index: Int, count: Int)? = nil) {
+    public init(kind: Kind, shard: Shard? = nil) {
         self.kind = kind
         self.shard = shard
     }
@@ -278,5 +278,49 @@ extension Entitlement {
             autoRenew: try row.decode("auto_renew"), autoRenewProductId: try row.decode("auto_renew_product_id"),
             environment: try row.decode("environment"), ownershipType: try row.decode("ownership_type"),
             refundedAt: try row.decode("refunded_at"))
+    }
+}
+
+/// One batch of a run's results, committed whole by `ReconciliationStore.commit(_:)`.
+public struct BatchWrite: Sendable {
+    /// The run's counts with this batch's: stored on its row in the batch's transaction.
+    public var run: RunSummary
+    /// The batch's number in its run, from 1, with no gap: the run's row counts the batches
+    /// committed, so a batch retried after a lost acknowledgement knows it was written.
+    public var sequence: Int
+    public var startedAt: Date
+    public var receipts: [ReceiptUpdate] = []
+    public var ledger: [LedgerEntry] = []
+    public var corrections: [Correction] = []
+    /// The accounts whose receipts all verified: their fresh plan replaces an older one taken over.
+    public var verifiedAccounts: [String] = []
+    public var renewals = RenewalReplacement()
+    /// Every account of the batch: their marks (`iap.unfinished_accounts`) are cleared.
+    public var finishedAccounts: [String] = []
+    public var isDryRun: Bool
+
+    public init(run: RunSummary, sequence: Int, startedAt: Date, isDryRun: Bool) {
+        self.run = run
+        self.sequence = sequence
+        self.startedAt = startedAt
+        self.isDryRun = isDryRun
+    }
+}
+
+/// One account as a page read it, from one snapshot: every receipt (its entitlements come from
+/// all of them), its stored entitlements, and whether an earlier run left it unfinished.
+public struct AccountWork: Sendable {
+    public var accountId: String
+    public var receipts: [StoredReceipt]
+    public var stored: [Entitlement]
+    /// Set when an earlier run started the account and never finished it (a suspect, verified
+    /// alone last), or set it aside (quarantined).
+    public var unfinished: UnfinishedAccount?
+
+    public init(accountId: String, receipts: [StoredReceipt], stored: [Entitlement], unfinished: UnfinishedAccount? = nil) {
+        self.accountId = accountId
+        self.receipts = receipts
+        self.stored = stored
+        self.unfinished = unfinished
     }
 }

@@ -45,12 +45,10 @@ extension ReconciliationStore {
 
     /// One account's receipts and stored entitlements, from one snapshot as a page reads them:
     /// a suspect's, read again when its turn to be verified alone comes.
-    public func account(_ accountId: String, maximumReceiptBytes: Int) async throws
-        -> (receipts: [StoredReceipt], entitlements: [Entitlement])
-    {
+    public func account(_ accountId: String, maximumReceiptBytes: Int) async throws -> AccountWork {
         try await connection.withTransaction(.snapshotReadOnly) { _ in
-            (try await receipts(of: [accountId], maximumReceiptBytes: maximumReceiptBytes)[accountId] ?? [],
-             try await entitlements(of: [accountId])[accountId] ?? [])
+            AccountWork(accountId: accountId, receipts: try await receipts(of: [accountId], maximumReceiptBytes: maximumReceiptBytes)[accountId] ?? [],
+                        stored: try await entitlements(of: [accountId])[accountId] ?? [])
         }
     }
 

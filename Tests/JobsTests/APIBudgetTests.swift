@@ -141,9 +141,9 @@ import TestSupport
         let quota: [String: Any] = ["window_seconds": 2, "production": ["history": 20, "statuses": 20]]
         try await Self.subscribers(60, quota: quota) { world in
             var first = Self.options(world, history: 20, statuses: 20)
-            first.selection = AccountSelection(kind: first.selection.kind, shard: (0, 2))
+            first.selection = AccountSelection(kind: first.selection.kind, shard: Shard(0, of: 2))
             var second = Self.options(world, history: 20, statuses: 20)
-            second.selection = AccountSelection(kind: second.selection.kind, shard: (1, 2))
+            second.selection = AccountSelection(kind: second.selection.kind, shard: Shard(1, of: 2))
             async let one = world.run(first, apiBudget: true)
             async let two = world.run(second, apiBudget: true)
             let (a, b) = try await (one, two)

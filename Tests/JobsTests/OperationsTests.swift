@@ -92,7 +92,7 @@ import TestSupport
                 try await Self.populate(whole, count: 60)
                 func shardOptions(_ index: Int) -> RunOptions {
                     var options = sharded.options()
-                    options.selection.shard = (index, 2)
+                    options.selection.shard = Shard(index, of: 2)
                     return options
                 }
                 async let first = sharded.run(shardOptions(0))

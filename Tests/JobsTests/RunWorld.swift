@@ -115,7 +115,7 @@ final class RunWorld: @unchecked Sendable {
     func run(_ options: RunOptions, apple: SimulatorProcess? = nil, apiBudget: Bool = false) async throws
         -> (summary: RunSummary, ending: ReconciliationRun.Ending)
     {
-        let connections = ReconciliationRun.Connections(
+        let sessions = RunSessions(
             lock: try await database.connect(), reader: try await database.connect(), writer: try await database.connect())
         let simulator = apple ?? self.simulator
         let client = VerifyReceiptClient(
@@ -131,12 +131,10 @@ final class RunWorld: @unchecked Sendable {
                 endpoints: .init(production: simulator.apiURL, sandbox: simulator.sandboxAPIURL), token: ServerAPIToken(credentials: credentials),
                 sharing: client, policy: options.policy, logger: .quiet, budget: apiBudget ? options.apiBudget() : nil)
         }
-        let run = ReconciliationRun(options: options, connections: connections, client: client, serverAPI: serverAPI, sharedSecret: secret,
+        let run = ReconciliationRun(options: options, sessions: sessions, client: client, serverAPI: serverAPI, sharedSecret: secret,
                                     logger: .quiet)
         let result = try await run.run()
-        await connections.lock.close()
-        await connections.reader.close()
-        await connections.writer.close()
+        await sessions.close()
         return result
     }
 

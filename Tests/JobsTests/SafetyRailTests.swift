@@ -256,8 +256,8 @@ extension RunWorld {
     @Test func shardLayoutsDoNotMixAndTheirLeftoversAreTakenOver() async throws {
         try await RunWorld.with("layouts") { world in
             let worker = try await world.database.connect()
-            #expect(try await RunLock.tryAcquire(worker, shard: (0, 4)))
-            for (shard, allowed) in [((1, 4), true), ((0, 4), false), ((0, 2), false), ((1, 2), false)] as [((Int, Int), Bool)] {
+            #expect(try await RunLock.tryAcquire(worker, shard: Shard(0, of: 4)))
+            for (shard, allowed) in [(Shard(1, of: 4), true), (Shard(0, of: 4), false), (Shard(0, of: 2), false), (Shard(1, of: 2), false)] {
                 let other = try await world.database.connect()
                 #expect(try await RunLock.tryAcquire(other, shard: shard) == allowed, "\(shard)")
                 await other.close()
@@ -271,14 +271,14 @@ extension RunWorld {
             // A one-shard layout aborts on the refund wave; 2-shard workers take its plan over, each its own half.
             try await world.populateRefundWave()
             var options = world.options()
-            options.selection.shard = (0, 1)
+            options.selection.shard = Shard(0, of: 1)
             let (aborted, abortedEnding) = try await world.run(options)
             #expect(abortedEnding == .aborted)
             let firstHalf = try await world.count("""
                 SELECT count(*) FROM iap.corrections WHERE status = 'planned' AND iap.in_shard(account_id, 0, 2)
                 """)
             options.maximumRevokeRatio = 1
-            options.selection.shard = (0, 2)
+            options.selection.shard = Shard(0, of: 2)
             let (half, _) = try await world.run(options)
             #expect(half.correctionsAdopted == firstHalf)
             #expect(half.correctionsApplied == firstHalf)
@@ -296,7 +296,7 @@ extension RunWorld {
         try await RunWorld.with("grant-race") { world in
             let store = ReconciliationStore(connection: world.connection)
             let runId = try await store.createRun(kind: .nightly, isDryRun: false, startedAt: world.now, shard: nil,
-                                                  options: try PostgresJSON(encoding: ["test": true]))
+                                                  options: ["test": true])
             let granted = Entitlement(accountId: "racer", productId: "pro.monthly", originalTransactionId: "1", state: .active,
                                       expiresAt: world.expiry(endDays: 30))
             try await world.connection.execute("""
@@ -342,8 +342,8 @@ extension RunWorld {
             }
             try await NotificationTests.store(world, bodies)
             var first = world.options(), second = world.options()
-            first.selection.shard = (0, 2)
-            second.selection.shard = (1, 2)
+            first.selection.shard = Shard(0, of: 2)
+            second.selection.shard = Shard(1, of: 2)
             async let a = world.run(first)
             async let b = world.run(second)
             let (one, two) = try await (a, b)
@@ -368,7 +368,7 @@ extension RunWorld {
             ]])])
             let store = ReconciliationStore(connection: world.connection)
             let runId = try await store.createRun(kind: .nightly, isDryRun: false, startedAt: world.now, shard: nil,
-                                                  options: try PostgresJSON(encoding: ["test": true]))
+                                                  options: ["test": true])
             // A batch's transaction: it holds the account's receipt row, and will write transaction 78 next.
             let batch = try await world.database.connect()
             try await batch.execute("BEGIN")
@@ -376,8 +376,7 @@ extension RunWorld {
 
             let connection = try await world.database.connect()
             let processor = NotificationProcessor(
-                store: NotificationStore(connection: connection), ledger: ReconciliationStore(connection: connection),
-                sharedSecret: world.secret,
+                store: NotificationStore(connection: connection), sharedSecret: world.secret,
                 verifier: try SignedDataVerifier(configuration: .init(bundleIds: [])), maximumAge: .seconds(86_400), logger: .quiet)
             async let processing: RunSummary = {
                 var summary = RunSummary()
@@ -405,17 +404,17 @@ extension RunWorld {
         try await RunWorld.with("batch-once") { world in
             let store = ReconciliationStore(connection: world.connection)
             let runId = try await store.createRun(kind: .nightly, isDryRun: false, startedAt: world.now, shard: nil,
-                                                  options: try PostgresJSON(encoding: ["test": true]))
+                                                  options: ["test": true])
             let correction = Correction(
                 accountId: "once", productId: "lifetime", kind: .grant, reason: "test", before: nil,
                 after: Entitlement(accountId: "once", productId: "lifetime", originalTransactionId: "1", state: .active))
             func write(_ sequence: Int) async throws -> Bool {
-                try await world.connection.withTransaction { _ in
-                    guard try await store.claimBatch(runId: runId, sequence: sequence) else { return false }
-                    try await store.writeBatch(runId: runId, startedAt: world.now, receipts: [], ledger: [], corrections: [correction],
-                                               verifiedAccounts: ["once"], isDryRun: false)
-                    return true
-                }
+                var run = RunSummary()
+                run.runId = runId
+                var batch = BatchWrite(run: run, sequence: sequence, startedAt: world.now, isDryRun: false)
+                batch.corrections = [correction]
+                batch.verifiedAccounts = ["once"]
+                return try await store.commit(batch)
             }
             #expect(try await write(1))
             #expect(try await write(1) == false)  // the retry of a batch that committed
@@ -448,8 +447,9 @@ extension RunWorld {
                 """)
             try await appServer.execute("COMMIT")
             let read = try await page
-            let receipts = read.receipts["buyer"] ?? []
-            let stored = read.stored["buyer"] ?? []
+            let buyer = read.accounts.first { $0.accountId == "buyer" }
+            let receipts = buyer?.receipts ?? []
+            let stored = buyer?.stored ?? []
             #expect(receipts.count == 1 && stored.isEmpty, "receipts \(receipts.count), entitlements \(stored.count): one snapshot sees both or neither")
             await appServer.close()
             await reader.connection.close()
@@ -468,8 +468,11 @@ extension RunWorld {
                                        nextAttemptAt: world.now.addingTimeInterval(3600), attempts: 3, outcome: .deferred, latestReceipt: nil)
             update.localBundleId = "com.other.app"
             update.localOriginalTransactionIds = ["1"]
-            try await store.writeBatch(runId: 1, startedAt: world.now, receipts: [update], ledger: [], corrections: [],
-                                       verifiedAccounts: [], isDryRun: false)
+            var run = RunSummary()
+            run.runId = try await store.createRun(kind: .nightly, isDryRun: false, startedAt: world.now, shard: nil, options: ["test": true])
+            var batch = BatchWrite(run: run, sequence: 1, startedAt: world.now, isDryRun: false)
+            batch.receipts = [update]
+            #expect(try await store.commit(batch))
             let row = try await world.connection.query("""
                 SELECT environment, last_status, next_attempt_at, attempts, last_outcome, receipt_bundle_id, latest_receipt
                 FROM iap.app_receipts WHERE id = \(id)

@@ -1,0 +1,125 @@
+import AppStore
+import AppStoreModels
+import Foundation
+import Throttling
+import Logging
+import Reconciliation
+import SignedData
+import Storage
+import Locking
+
+/// The safety limit, applying, and how the run ended, written everywhere.
+extension ReconciliationRun {
+    /// Checks the safety limit over every account the run counts (each once), then applies the
+    /// planned corrections batch by batch, or applies nothing and ends `aborted`.
+    func applyWithinSafetyLimit(now: Date, writer: ReconciliationStore, summary: inout RunSummary,
+                                        logger: Logger) async throws -> Ending {
+        if secretGuard.hasRejected(accountsVerified: summary.accountsVerified) { return .sharedSecretRejected }
+        let ending: Ending = stopRequested.withLock { $0 } ? .interrupted : .completed
+        guard !options.isDryRun else { return ending }
+
+        let (runId, processed, shard) = (summary.runId, summary.accountsProcessed, options.selection.shard)
+        let planned = try await withDatabaseRetry(logger: logger) { try await writer.plannedRevokes(runId: runId) }
+        let accounts = summary.correctionsAdopted == 0 ? processed : try await withDatabaseRetry(logger: logger) {
+            max(processed, try await writer.accountsCounted(runId: runId, shard: shard))
+        }
+        summary.accountsAdopted = accounts - processed
+        let ratio = accounts == 0 ? 0 : Double(planned.revokedAccounts) / Double(accounts)
+        if accounts >= options.revokeRatioMinimumAccounts && ratio > options.maximumRevokeRatio {
+            summary.error = String(format: "%d of %d accounts (%.1f%%) would lose an entitlement, over the --max-revoke-ratio of %.1f%%: nothing was applied; the planned corrections are kept for review",
+                                   planned.revokedAccounts, accounts, ratio * 100, options.maximumRevokeRatio * 100)
+            logger.error("run.aborted", metadata: ["run.reason": "\(summary.error!)"])
+            return .aborted
+        }
+        var after: Int64 = 0
+        while true {
+            let cursor = after
+            try await ensureLockHeld(logger: logger)
+            let result = try await withDatabaseRetry(logger: logger) {
+                try await writer.applyPlanned(runId: runId, afterId: cursor, limit: options.batchSize, now: now)
+            }
+            guard let last = result.lastId else { break }
+            after = last
+            summary.correctionsApplied += result.applied
+            summary.correctionsSuperseded += result.superseded
+        }
+        return ending
+    }
+
+    /// Writes how the run ended to its row, its report files, the metrics file and the log. Work
+    /// already committed stays committed when the report cannot be written; the error says so.
+    func finish(_ ending: Ending, summary: inout RunSummary, writer: ReconciliationStore, report: RunReportWriter,
+                        logger: Logger) async throws {
+        summary.appleStormPauses = client.stormGate.pauses
+        // The process did not die: no start this run counted and left was a death.
+        let runId = summary.runId
+        try await withDatabaseRetry(logger: logger) { try await writer.takeBackStarts(runId: runId) }
+        switch ending {
+        case .completed: summary.status = .completed
+        case .interrupted: summary.status = .interrupted
+        case .aborted: summary.status = .aborted
+        case .sharedSecretRejected:
+            summary.status = .failed
+            summary.error = secretGuard.unauthorizedReason ?? SharedSecretRejected(count: secretGuard.total).description
+        }
+        summary.finishedAt = Date()
+        if let usage = serverAPI?.budget?.usage, !usage.isEmpty {
+            let seconds = summary.finishedAt!.timeIntervalSince(summary.startedAt)
+            summary.apiRequests = Dictionary(uniqueKeysWithValues: usage.map { key, used in
+                (key.description, APIEndpointUsage(budgetPerSecond: used.budget, requests: used.requests, throttled: used.throttled, seconds: seconds))
+            })
+        }
+        let finished = summary
+        try await withDatabaseRetry(logger: logger) { try await writer.updateRun(finished) }
+        do {
+            try await report.finish(summary: summary, store: writer)
+        } catch {
+            let missing = ReportNotWritten(runId: summary.runId, status: summary.status, cause: "\(error)")
+            summary.error = [summary.error, missing.description].compactMap { $0 }.joined(separator: "; ")
+            let recorded = summary
+            try? await writer.updateRun(recorded)
+            try? writeMetrics(summary)
+            throw missing
+        }
+        try writeMetrics(summary)
+        logger.info("run.finished", metadata: [
+            "run.status": "\(summary.status.rawValue)", "run.accounts": "\(summary.accountsProcessed)",
+            "run.corrections": "\(summary.totalCorrections)", "run.applied": "\(summary.correctionsApplied)",
+            "apple.requests": "\(summary.appleRequests)",
+        ])
+    }
+
+    /// Records the run as `failed` (its committed plan is taken over by the next run), writes what
+    /// report it can, and rethrows.
+    func recordFailure(_ error: any Error, summary: inout RunSummary, writer: ReconciliationStore,
+                               report: RunReportWriter?) async throws -> Never {
+        summary.status = .failed
+        summary.error = "\(error)"
+        summary.finishedAt = Date()
+        try? await writer.takeBackStarts(runId: summary.runId)
+        try? await writer.updateRun(summary)
+        try? await report?.finish(summary: summary, store: writer)
+        try? writeMetrics(summary)
+        throw error
+    }
+
+    func writeMetrics(_ summary: RunSummary) throws {
+        guard let file = options.metricsFile else { return }
+        let previous = try? String(contentsOf: file, encoding: .utf8)
+        try RunReportWriter.write(RunReport.metrics(summary, previous: previous), to: file)
+    }
+
+}
+
+/// The run finished and its corrections are committed, but its report files could not all be
+/// written (a full disk): exit 1, so the operator looks, and `report` writes them later.
+public struct ReportNotWritten: Error, CustomStringConvertible {
+    public var runId: Int64
+    public var status: RunStatus
+    public var cause: String
+    public var description: String {
+        "run \(runId) ended \(status) and its work is committed, but its report is incomplete: \(cause); " +
+            "once there is room, write summary.md, summary.json or corrections.csv with " +
+            "`receipt-reconciler report \(runId) --format md|json|csv --output FILE`"
+    }
+}

@@ -1,0 +1,93 @@
+import AppStore
+import AppStoreModels
+import Foundation
+import Throttling
+import Logging
+import Reconciliation
+import SignedData
+import Storage
+import Locking
+
+/// Before verifying: taking over, notifications and their history, the report files, and a
+/// rolling run's plan.
+extension ReconciliationRun {
+    /// Before verifying: takes over the planned corrections of runs that died, processes the
+    /// stored notifications, and opens the report files (without a report the run does not start).
+    func prepare(now: Date, writer: ReconciliationStore, summary: inout RunSummary, logger: Logger) async throws -> RunReportWriter {
+        if !options.isDryRun {
+            summary.correctionsAdopted = try await writer.adoptInterruptedRuns(runId: summary.runId, shard: options.selection.shard, now: now)
+            if summary.correctionsAdopted > 0 {
+                logger.notice("run.adopted", metadata: ["run.corrections": "\(summary.correctionsAdopted)"])
+            }
+        }
+        if !options.isDryRun && options.retriesQuarantined {
+            let released = try await writer.releaseQuarantinedAccounts(now: now)
+            logger.notice("account.quarantine_released", metadata: ["account.count": "\(released)"])
+        }
+        if !options.isDryRun && options.processesNotifications {
+            try await ensureLockHeld(logger: logger)
+            if options.retriesQuarantined {
+                let released = try await sessions.notifications.releaseQuarantined()
+                logger.notice("notification.quarantine_released", metadata: ["notification.count": "\(released)"])
+            }
+            try await readNotificationHistory(now: now, summary: &summary, logger: logger)
+            let processor = NotificationProcessor(
+                store: sessions.notifications, sharedSecret: sharedSecret,
+                verifier: try signedData.get(), maximumAge: options.notificationMaximumAge, logger: logger)
+            try await processor.process(runId: summary.runId, now: now, summary: &summary)
+            try await writer.updateRun(summary)
+        }
+        let report = try RunReportWriter(
+            directory: options.reportDirectory ?? URL(filePath: "reports").appending(path: "run-\(summary.runId)"),
+            crossCheck: options.crossCheck)
+        try report.appendQuarantined(summary.notificationsQuarantined ?? [])
+        return report
+    }
+
+    /// Get Notification History into `iap.notifications`, before they are processed: one worker
+    /// reads it (shard 0, or the only one), for each environment, within the API's budget.
+    func readNotificationHistory(now: Date, summary: inout RunSummary, logger: Logger) async throws {
+        guard options.readsNotificationHistory, let serverAPI, (options.selection.shard?.index ?? 0) == 0 else { return }
+        let feed = NotificationHistoryFeed(
+            client: serverAPI, store: sessions.notifications,
+            firstSince: options.notificationHistorySince ?? now.addingTimeInterval(-30 * 86_400), secretGuard: secretGuard, logger: logger)
+        var reads: [NotificationHistoryRead] = []
+        for environment in [AppleEnvironment.production, .sandbox] {
+            reads.append(try await feed.pull(environment, now: now))
+            summary.appleRequests += reads.last!.requests
+        }
+        summary.notificationHistory = reads
+    }
+
+    /// The accounts this run takes: those selected, or, for a rolling run, its plan written to
+    /// `iap.run_schedule` (notified, at risk, then the full cycle, as many as the window holds at
+    /// the API budget), said in the log and to `planned` before any account is verified.
+    func plannedSelection(now: Date, writer: ReconciliationStore, summary: inout RunSummary, logger: Logger) async throws
+        -> AccountSelection
+    {
+        guard let rolling = options.rollingSchedule, case .due(let staleAfter) = options.selection.kind else { return options.selection }
+        let budget = serverAPI?.budget ?? options.apiBudget()
+        let budgets = ["history": budget.budget(.init(.history, .production)), "statuses": budget.budget(.init(.statuses, .production))]
+        let perAccount = try await withDatabaseRetry(logger: logger) { try await writer.measuredRequestsPerAccount() }
+            ?? SchedulePlan.firstGuess
+        let capacity = rolling.window.map {
+            SchedulePlan.capacity(windowSeconds: $0.timeInterval, budgetPerSecond: budgets, requestsPerAccount: perAccount)
+        }
+        let (due, scheduled) = try await withDatabaseRetry(logger: logger) {
+            try await writer.planSchedule(
+                runId: summary.runId, shard: options.selection.shard, now: now, staleAfter: staleAfter, fullCycle: rolling.fullCycle,
+                atRiskUntil: now.adding(options.expiryLag).addingTimeInterval(86_400), capacity: capacity)
+        }
+        let plan = SchedulePlan(
+            due: due, scheduled: scheduled, windowSeconds: rolling.window?.timeInterval, capacity: capacity, requestsPerAccount: perAccount,
+            budgetPerSecond: budgets, fullCycleSeconds: rolling.fullCycle.timeInterval, plannedAt: now)
+        summary.schedule = plan
+        logger.info("run.planned", metadata: [
+            "run.scheduled": "\(plan.totalScheduled)", "run.due": "\(plan.totalDue)", "run.left": "\(plan.leftForNextNight)",
+            "run.estimated_seconds": "\(Int(plan.estimatedSeconds))",
+        ])
+        planned?(plan)
+        return AccountSelection(kind: .scheduled(runId: summary.runId))
+    }
+
+}

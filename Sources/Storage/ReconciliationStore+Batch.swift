@@ -1,0 +1,240 @@
+import AppStoreModels
+import CivilCalendar
+import Foundation
+import Postgres
+import Reconciliation
+
+extension ReconciliationStore {
+    // MARK: - Writing a batch
+
+    /// Commits one batch whole, in one transaction: receipt statuses, the ledger, Apple's renewal
+    /// state, the planned corrections, the marks of its accounts cleared, and the run's counts
+    /// with the batch counted on the run's row. False when this batch was committed already (its
+    /// COMMIT landed but the acknowledgement was lost): the retry writes nothing a second time.
+    @discardableResult
+    public func commit(_ batch: BatchWrite) async throws -> Bool {
+        try await connection.withTransaction { _ in
+            guard try await claimBatch(runId: batch.run.runId, sequence: batch.sequence) else { return false }
+            try await writeBatch(
+                runId: batch.run.runId, startedAt: batch.startedAt, receipts: batch.receipts, ledger: batch.ledger,
+                corrections: batch.corrections, verifiedAccounts: batch.verifiedAccounts, renewals: batch.renewals,
+                finishedAccounts: batch.finishedAccounts, isDryRun: batch.isDryRun)
+            try await updateRun(batch.run)
+            return true
+        }
+    }
+
+    /// Writes one batch in the caller's transaction (`commit`): receipt statuses, the ledger and
+    /// the planned corrections. In a dry run only the planned corrections are written.
+    /// `verifiedAccounts` are the batch's accounts whose receipts all verified: their fresh plan
+    /// replaces any older plan this run took over.
+    func writeBatch(
+        runId: Int64, startedAt: Date, receipts: [ReceiptUpdate], ledger: [LedgerEntry], corrections: [Correction],
+        verifiedAccounts: [String], renewals: RenewalReplacement = RenewalReplacement(), finishedAccounts: [String] = [], isDryRun: Bool
+    ) async throws {
+        // The accounts' results commit here: they were started and finished (a dry run's too).
+        try await clearStarted(finishedAccounts)
+        if !isDryRun {
+            try await updateReceipts(runId: runId, startedAt: startedAt, receipts)
+            try await upsertLedger(ledger)
+            try await replaceRenewals(renewals)
+            if !verifiedAccounts.isEmpty {
+                try await connection.execute("""
+                    UPDATE iap.corrections SET status = 'superseded'
+                    WHERE run_id = \(runId) AND status = 'planned' AND account_id = ANY(\(verifiedAccounts))
+                    """)
+            }
+        }
+        try await insertPlannedCorrections(runId: runId, corrections)
+    }
+
+    func updateReceipts(runId: Int64, startedAt: Date, _ updates: [ReceiptUpdate]) async throws {
+        guard !updates.isEmpty else { return }
+        try await connection.execute("""
+            UPDATE iap.app_receipts AS r SET
+                -- What the run learned describes the blob it read: a row the app server wrote meanwhile
+                -- (xmin changed: a new blob) keeps its own state and stays due.
+                environment      = CASE WHEN r.xmin::text = u.row_version THEN COALESCE(u.environment, r.environment)
+                                        ELSE r.environment END,
+                last_verified_at = CASE WHEN r.xmin::text = u.row_version THEN COALESCE(u.verified_at, r.last_verified_at)
+                                        ELSE r.last_verified_at END,
+                last_status      = CASE WHEN r.xmin::text = u.row_version THEN u.status ELSE r.last_status END,
+                next_attempt_at  = CASE WHEN r.xmin::text = u.row_version THEN u.next_attempt_at ELSE r.next_attempt_at END,
+                attempts         = CASE WHEN r.xmin::text = u.row_version THEN u.attempts ELSE r.attempts END,
+                last_outcome     = CASE WHEN r.xmin::text = u.row_version THEN u.outcome ELSE r.last_outcome END,
+                last_failure_reason    = CASE WHEN r.xmin::text = u.row_version THEN u.failure_reason ELSE r.last_failure_reason END,
+                last_failure_attempts  = CASE WHEN r.xmin::text = u.row_version THEN u.failure_attempts ELSE r.last_failure_attempts END,
+                last_failure_endpoints = CASE WHEN r.xmin::text = u.row_version THEN u.failure_endpoints ELSE r.last_failure_endpoints END,
+                last_run_id      = \(runId),
+                latest_receipt   = CASE WHEN r.xmin::text = u.row_version AND u.latest_receipt IS NOT NULL
+                                        THEN u.latest_receipt ELSE r.latest_receipt END,
+                -- A decode with its digest describes that blob exactly (a missing bundle id included).
+                receipt_bundle_id = CASE WHEN r.xmin::text <> u.row_version THEN r.receipt_bundle_id
+                                         WHEN u.decoded_digest IS NOT NULL THEN u.local_bundle_id
+                                         ELSE COALESCE(u.local_bundle_id, r.receipt_bundle_id) END,
+                receipt_original_transaction_ids = CASE WHEN r.xmin::text <> u.row_version THEN r.receipt_original_transaction_ids
+                                                        WHEN u.decoded_digest IS NOT NULL THEN u.local_originals::text[]
+                                                        ELSE COALESCE(u.local_originals::text[], r.receipt_original_transaction_ids) END,
+                receipt_decoded_digest = CASE WHEN r.xmin::text = u.row_version THEN u.decoded_digest
+                                              ELSE r.receipt_decoded_digest END,
+                ledger_original_transaction_ids = CASE WHEN r.xmin::text = u.row_version
+                                                       THEN COALESCE(u.ledger_originals::text[], r.ledger_original_transaction_ids)
+                                                       ELSE r.ledger_original_transaction_ids END,
+                -- A blob the app server replaced meanwhile was not what this digest came from.
+                ledger_digest    = CASE WHEN r.xmin::text = u.row_version THEN u.ledger_digest END,
+                -- A notification's request is done once the receipt verified (unless it came after the run began).
+                reverify_requested_at = CASE WHEN u.verified_at IS NOT NULL AND r.reverify_requested_at <= \(startedAt)
+                                             THEN NULL ELSE r.reverify_requested_at END
+            FROM unnest(\(PostgresArray(updates.map(\.id)))::bigint[],
+                        \(PostgresArray(updates.map(\.rowVersion)))::text[],
+                        \(PostgresArray(updates.map { $0.environment?.rawValue }))::text[],
+                        \(PostgresArray(updates.map(\.verifiedAt)))::timestamptz[],
+                        \(PostgresArray(updates.map(\.status)))::integer[],
+                        \(PostgresArray(updates.map(\.nextAttemptAt)))::timestamptz[],
+                        \(PostgresArray(updates.map(\.attempts)))::integer[],
+                        \(PostgresArray(updates.map(\.outcome.rawValue)))::text[],
+                        \(PostgresArray(updates.map(\.latestReceipt)))::text[],
+                        \(PostgresArray(updates.map(\.localBundleId)))::text[],
+                        \(PostgresArray(updates.map { $0.localOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[],
+                        \(PostgresArray(updates.map(\.ledgerDigest)))::bigint[],
+                        \(PostgresArray(updates.map { $0.ledgerOriginalTransactionIds.map { PostgresTextArray($0).postgresText } }))::text[],
+                        \(PostgresArray(updates.map(\.localDecodeDigest)))::bigint[],
+                        \(PostgresArray(updates.map { $0.failure?.reason }))::text[],
+                        \(PostgresArray(updates.map { $0.failure?.attempts }))::integer[],
+                        \(PostgresArray(updates.map { $0.failure?.endpoints }))::text[])
+                AS u(id, row_version, environment, verified_at, status, next_attempt_at, attempts, outcome, latest_receipt,
+                     local_bundle_id, local_originals, ledger_digest, ledger_originals, decoded_digest,
+                     failure_reason, failure_attempts, failure_endpoints)
+            WHERE r.id = u.id
+            """)
+    }
+
+    /// The renewal state of these accounts becomes `entries`: Apple's latest word on each chain.
+    public func replaceRenewals(_ replacement: RenewalReplacement) async throws {
+        guard !replacement.accounts.isEmpty else { return }
+        try await connection.execute("DELETE FROM iap.renewals WHERE account_id = ANY(\(replacement.accounts))")
+        let entries = replacement.entries
+        guard !entries.isEmpty else { return }
+        try await connection.execute("""
+            INSERT INTO iap.renewals (account_id, original_transaction_id, product_id, auto_renew_product_id, auto_renew_status,
+                                      expiration_intent, grace_period_expires_date, is_in_billing_retry_period, environment)
+            SELECT * FROM unnest(
+                \(PostgresArray(entries.map(\.accountId)))::text[],
+                \(PostgresArray(entries.map { $0.info.originalTransactionId ?? "" }))::text[],
+                \(PostgresArray(entries.map { $0.info.productId ?? "" }))::text[],
+                \(PostgresArray(entries.map(\.info.autoRenewProductId)))::text[],
+                \(PostgresArray(entries.map(\.info.autoRenewStatus)))::boolean[],
+                \(PostgresArray(entries.map(\.info.expirationIntent)))::integer[],
+                \(PostgresArray(entries.map(\.info.gracePeriodExpiresDate)))::timestamptz[],
+                \(PostgresArray(entries.map(\.info.isInBillingRetryPeriod)))::boolean[],
+                \(PostgresArray(entries.map(\.environment.rawValue)))::text[])
+            ON CONFLICT DO NOTHING
+            """)
+    }
+
+    /// Upserts transactions; a recorded cancellation is never cleared by an answer that omits it,
+    /// and an unchanged transaction is not rewritten.
+    public func upsertLedger(_ entries: [LedgerEntry]) async throws {
+        var seen = Set<String>()
+        let unique = entries.filter { seen.insert($0.transaction.transactionId).inserted }
+        guard !unique.isEmpty else { return }
+        let transactions = unique.map(\.transaction)
+        try await connection.execute("""
+            INSERT INTO iap.transactions AS t (
+                transaction_id, account_id, original_transaction_id, product_id, purchase_date, original_purchase_date,
+                expires_date, cancellation_date, cancellation_reason, is_upgraded, is_trial_period,
+                is_in_intro_offer_period, quantity, web_order_line_item_id, subscription_group_identifier,
+                offer_code_ref_name, promotional_offer_id, ownership_type, environment, price_milliunits, currency, source)
+            SELECT * FROM unnest(
+                \(PostgresArray(transactions.map(\.transactionId)))::text[],
+                \(PostgresArray(unique.map(\.accountId)))::text[],
+                \(PostgresArray(transactions.map(\.originalTransactionId)))::text[],
+                \(PostgresArray(transactions.map(\.productId)))::text[],
+                \(PostgresArray(transactions.map(\.purchaseDate)))::timestamptz[],
+                \(PostgresArray(transactions.map(\.originalPurchaseDate)))::timestamptz[],
+                \(PostgresArray(transactions.map(\.expiresDate)))::timestamptz[],
+                \(PostgresArray(transactions.map(\.cancellationDate)))::timestamptz[],
+                \(PostgresArray(transactions.map(\.cancellationReason)))::integer[],
+                \(PostgresArray(transactions.map(\.isUpgraded)))::boolean[],
+                \(PostgresArray(transactions.map(\.isTrialPeriod)))::boolean[],
+                \(PostgresArray(transactions.map(\.isInIntroOfferPeriod)))::boolean[],
+                \(PostgresArray(transactions.map(\.quantity)))::integer[],
+                \(PostgresArray(transactions.map(\.webOrderLineItemId)))::text[],
+                \(PostgresArray(transactions.map(\.subscriptionGroupIdentifier)))::text[],
+                \(PostgresArray(transactions.map(\.offerCodeRefName)))::text[],
+                \(PostgresArray(transactions.map(\.promotionalOfferId)))::text[],
+                \(PostgresArray(transactions.map(\.inAppOwnershipType)))::text[],
+                \(PostgresArray(unique.map(\.environment.rawValue)))::text[],
+                \(PostgresArray(unique.map(\.price?.milliunits)))::bigint[],
+                \(PostgresArray(unique.map(\.price?.currency)))::text[],
+                \(PostgresArray(unique.map(\.source.rawValue)))::text[])
+            ON CONFLICT (transaction_id) DO UPDATE SET
+                product_id                    = EXCLUDED.product_id,
+                original_transaction_id       = COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
+                purchase_date                 = COALESCE(EXCLUDED.purchase_date, t.purchase_date),
+                original_purchase_date        = COALESCE(EXCLUDED.original_purchase_date, t.original_purchase_date),
+                expires_date                  = COALESCE(EXCLUDED.expires_date, t.expires_date),
+                cancellation_date             = COALESCE(EXCLUDED.cancellation_date, t.cancellation_date),
+                cancellation_reason           = COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason),
+                is_upgraded                   = COALESCE(EXCLUDED.is_upgraded, t.is_upgraded),
+                is_trial_period               = COALESCE(EXCLUDED.is_trial_period, t.is_trial_period),
+                is_in_intro_offer_period      = COALESCE(EXCLUDED.is_in_intro_offer_period, t.is_in_intro_offer_period),
+                quantity                      = COALESCE(EXCLUDED.quantity, t.quantity),
+                web_order_line_item_id        = COALESCE(EXCLUDED.web_order_line_item_id, t.web_order_line_item_id),
+                subscription_group_identifier = COALESCE(EXCLUDED.subscription_group_identifier, t.subscription_group_identifier),
+                offer_code_ref_name           = COALESCE(EXCLUDED.offer_code_ref_name, t.offer_code_ref_name),
+                promotional_offer_id          = COALESCE(EXCLUDED.promotional_offer_id, t.promotional_offer_id),
+                ownership_type                = COALESCE(EXCLUDED.ownership_type, t.ownership_type),
+                environment                   = COALESCE(EXCLUDED.environment, t.environment),
+                price_milliunits              = COALESCE(EXCLUDED.price_milliunits, t.price_milliunits),
+                currency                      = COALESCE(EXCLUDED.currency, t.currency),
+                source                        = EXCLUDED.source,
+                updated_at                    = now()
+            WHERE (t.product_id, t.original_transaction_id, t.purchase_date, t.original_purchase_date, t.expires_date,
+                   t.cancellation_date, t.cancellation_reason, t.is_upgraded, t.is_trial_period,
+                   t.is_in_intro_offer_period, t.quantity, t.web_order_line_item_id, t.subscription_group_identifier,
+                   t.offer_code_ref_name, t.promotional_offer_id, t.ownership_type, t.environment,
+                   t.price_milliunits, t.currency)
+               IS DISTINCT FROM
+                  (EXCLUDED.product_id, COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
+                   COALESCE(EXCLUDED.purchase_date, t.purchase_date),
+                   COALESCE(EXCLUDED.original_purchase_date, t.original_purchase_date),
+                   COALESCE(EXCLUDED.expires_date, t.expires_date),
+                   COALESCE(EXCLUDED.cancellation_date, t.cancellation_date),
+                   COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason),
+                   COALESCE(EXCLUDED.is_upgraded, t.is_upgraded), COALESCE(EXCLUDED.is_trial_period, t.is_trial_period),
+                   COALESCE(EXCLUDED.is_in_intro_offer_period, t.is_in_intro_offer_period),
+                   COALESCE(EXCLUDED.quantity, t.quantity),
+                   COALESCE(EXCLUDED.web_order_line_item_id, t.web_order_line_item_id),
+                   COALESCE(EXCLUDED.subscription_group_identifier, t.subscription_group_identifier),
+                   COALESCE(EXCLUDED.offer_code_ref_name, t.offer_code_ref_name),
+                   COALESCE(EXCLUDED.promotional_offer_id, t.promotional_offer_id),
+                   COALESCE(EXCLUDED.ownership_type, t.ownership_type), COALESCE(EXCLUDED.environment, t.environment),
+                   COALESCE(EXCLUDED.price_milliunits, t.price_milliunits), COALESCE(EXCLUDED.currency, t.currency))
+            """)
+    }
+
+    /// Clears a transaction's refund: only when Apple's signed data says it was reversed (a V2
+    /// REFUND_REVERSED whose signed transaction has no revocationDate). Other writes never clear one.
+    public func clearRevocation(transactionId: String, source: LedgerSource) async throws {
+        try await connection.execute("""
+            UPDATE iap.transactions SET cancellation_date = NULL, cancellation_reason = NULL, source = \(source.rawValue), updated_at = now()
+            WHERE transaction_id = \(transactionId) AND (cancellation_date IS NOT NULL OR cancellation_reason IS NOT NULL)
+            """)
+    }
+
+    func insertPlannedCorrections(runId: Int64, _ corrections: [Correction]) async throws {
+        guard !corrections.isEmpty else { return }
+        try await connection.execute("""
+            INSERT INTO iap.corrections (run_id, account_id, product_id, kind, reason, before, after, status)
+            SELECT \(runId), * , 'planned' FROM unnest(
+                \(PostgresArray(corrections.map(\.accountId)))::text[],
+                \(PostgresArray(corrections.map(\.productId)))::text[],
+                \(PostgresArray(corrections.map(\.kind.rawValue)))::text[],
+                \(PostgresArray(corrections.map(\.reason)))::text[],
+                \(PostgresArray(try corrections.map { try EntitlementJSON.encode($0.before) }))::jsonb[],
+                \(PostgresArray(try corrections.map { try EntitlementJSON.encode($0.after) }))::jsonb[])
+            ON CONFLICT (run_id, account_id, product_id) WHERE status = 'planned' DO NOTHING
+            """)
+    }
+}
