@@ -35,6 +35,16 @@ import TestSupport
         }
     }
 
+    /// A module boundary, kept by a lint: the database is Storage's. Jobs (the run, notifications)
+    /// reaches it only through Storage's stores and transactions, so a statement can never run
+    /// outside the transaction it belongs to by way of a second handle on the same connection.
+    @Test func onlyStorageAndTheCommandsTalkToPostgres() throws {
+        for (path, text) in try Self.sources where path.hasPrefix("Jobs/") {
+            #expect(!text.contains("import Postgres"), "\(path) imports Postgres")
+            #expect(!text.contains("withTransaction"), "\(path) opens a transaction itself")
+        }
+    }
+
     /// A module boundary, kept by a lint: libcurl is the HTTP module's alone. That TLS is verified
     /// is shown by behaviour, below and in TLSVerificationTests.
     @Test func onlyTheHTTPModuleReachesLibcurl() throws {
