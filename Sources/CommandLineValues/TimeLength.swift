@@ -7,6 +7,11 @@ public struct TimeLength: Sendable, Equatable {
 
     public init(seconds: TimeInterval) { self.seconds = seconds }
 
+    /// A default the program states as a `Duration` (`RunOptions.defaults`), as `--help` shows it.
+    public init(_ duration: Duration) {
+        seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
     /// Ten years: longer is no time a nightly job means, and past it `Duration` arithmetic could trap.
     public static let maximumSeconds: TimeInterval = 3650 * 86_400
 

@@ -39,7 +39,7 @@ extension ReconciliationRun {
         }
         let report = try RunReportWriter(
             directory: options.reportDirectory ?? URL(filePath: "reports").appending(path: "run-\(summary.runId)"),
-            crossCheck: options.crossCheck)
+            crossCheck: options.sources.crossChecks)
         try report.appendQuarantined(summary.notificationsQuarantined ?? [])
         return report
     }

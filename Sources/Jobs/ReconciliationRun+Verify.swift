@@ -27,12 +27,12 @@ extension ReconciliationRun {
         let progress = ProgressReporter(interval: options.progressInterval, total: total, logger: logger)
         let verifyReceipt = VerifyReceiptSource(client: client, options: options, secretGuard: secretGuard)
         let source: any AppleAccountSource
-        if let serverAPI, options.source == .serverAPI || options.crossCheck {
+        if let serverAPI, options.sources.asksServerAPI {
             let signed = ServerAPISource(
                 client: serverAPI, verifier: try signedData.get(), options: options,
                 secretGuard: secretGuard)
-            source = options.crossCheck
-                ? BothSources(verifyReceipt: verifyReceipt, serverAPI: signed, authority: options.source, rules: rules, now: now)
+            source = options.sources.crossChecks
+                ? BothSources(verifyReceipt: verifyReceipt, serverAPI: signed, authority: options.sources.authority, rules: rules, now: now)
                 : signed
         } else {
             source = verifyReceipt

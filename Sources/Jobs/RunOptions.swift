@@ -51,11 +51,8 @@ public struct RunOptions: Sendable {
     /// Trusted roots for Apple's signed data (DER): Apple Root CA - G3 unless
     /// `--apple-root-certificate` replaces it.
     public var appleRootCertificates: [[UInt8]] = [AppleRootCertificates.appleRootCAG3]
-    /// Which of Apple's sources verifies accounts (`--source`); with `crossCheck`, the authority
-    /// (`--authority`), whose answer is applied.
-    public var source: AppleSource = .verifyReceipt
-    /// `--source both`: the other source is asked too, and every disagreement reported.
-    public var crossCheck = false
+    /// Which of Apple's sources verifies accounts (`--source`, `--authority`).
+    public var sources = SourcePlan.verifyReceipt
     /// The app's Apple id (`APPSTORE_APP_APPLE_ID`): production V2 notifications must carry it.
     public var appAppleId: Int64?
     /// Unmatched notifications are retried until this old.
@@ -76,6 +73,14 @@ public struct RunOptions: Sendable {
     public init(kind: RunKind, selection: AccountSelection) {
         self.kind = kind
         self.selection = selection
+    }
+
+    /// A nightly run's staleness: an account verified more recently is not due (`--stale-after`).
+    public static let defaultStaleAfter: Duration = .seconds(20 * 3600)
+
+    /// Every default, written once: the command line's options start from these.
+    public static var defaults: RunOptions {
+        RunOptions(kind: .nightly, selection: AccountSelection(kind: .due(staleAfter: defaultStaleAfter)))
     }
 
     public var shardText: String? {
@@ -108,6 +113,34 @@ extension RunOptions {
     /// What Apple's signed data must match in this run (contract section 9).
     public var signedDataConfiguration: SignedDataVerifier.Configuration {
         SignedDataVerifier.Configuration(trustedRoots: appleRootCertificates, bundleIds: bundleIds, appAppleId: appAppleId)
+    }
+}
+
+/// Which of Apple's sources verifies a run's accounts, and whose answer is applied: the one
+/// shape of `--source` and `--authority` inside the program.
+public enum SourcePlan: Sendable, Equatable {
+    case verifyReceipt
+    case serverAPI
+    /// Both are asked about every account; the authority's answer is applied and every
+    /// disagreement between the two reported (`disagreements.csv`).
+    case both(authority: AppleSource)
+
+    /// The source whose answer is applied.
+    public var authority: AppleSource {
+        switch self {
+        case .verifyReceipt: .verifyReceipt
+        case .serverAPI: .serverAPI
+        case .both(let authority): authority
+        }
+    }
+
+    /// Whether the App Store Server API is asked (and its key needed).
+    public var asksServerAPI: Bool { self != .verifyReceipt }
+
+    /// Whether the two sources are compared.
+    public var crossChecks: Bool {
+        if case .both = self { return true }
+        return false
     }
 }
 

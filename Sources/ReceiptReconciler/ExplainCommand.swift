@@ -3,6 +3,7 @@ import CommandLineValues
 import ArgumentParser
 import CivilCalendar
 import Foundation
+import Jobs
 import Postgres
 import Reconciliation
 import Storage
@@ -36,10 +37,10 @@ struct ExplainCommand: AsyncParsableCommand {
     var asOf: String?
 
     @Option(help: "Whether sandbox purchases grant entitlements, as for run: allow or deny.")
-    var sandbox: SandboxPolicy = .allow
+    var sandbox = RunOptions.defaults.sandboxPolicy
 
     @Option(help: "The expiry lag, as for run: a revoke of an expiry that passed less than this long ago waits.")
-    var expiryLag = TimeLength(seconds: 3600)
+    var expiryLag = TimeLength(RunOptions.defaults.expiryLag)
 
     func validate() throws {
         if let asOf, CommandLineTime.parse(asOf) == nil { throw ValidationError("--as-of: not an ISO 8601 date or time: \(asOf)") }

@@ -28,12 +28,12 @@ struct RunCommand: AsyncParsableCommand {
     @OptionGroup var logging: LoggingOptions
 
     @Option(help: "Receipts verified more recently than this are not due.")
-    var staleAfter = TimeLength(seconds: 20 * 3600)
+    var staleAfter = TimeLength(RunOptions.defaultStaleAfter)
 
     @Option(help: ArgumentHelp(
         "Through the App Store Server API (--source server-api or both): every account is verified at least once in this long; each night takes the accounts notifications made due, then those at risk, then the ones verified longest ago.",
         valueName: "time"))
-    var fullCycle = TimeLength(seconds: 7 * 86_400)
+    var fullCycle = TimeLength(RollingSchedule().fullCycle)
 
     @Option(help: ArgumentHelp(
         "Through the App Store Server API: take only as many accounts as this much time holds at the API budget (e.g. 4h); the report says how many were left for the next night and when the full cycle completes. Default: every due account.",
@@ -50,7 +50,7 @@ struct RunCommand: AsyncParsableCommand {
         try await runReportingErrors(logger: logger) {
             var options = try run.runOptions(kind: .nightly, selection: .due(staleAfter: staleAfter.duration))
             options.readsNotificationHistory = true
-            if options.source == .serverAPI || options.crossCheck {
+            if options.sources.asksServerAPI {
                 options.rollingSchedule = RollingSchedule(fullCycle: fullCycle.duration, window: window?.duration)
             } else if window != nil {
                 throw ConfigurationError("--window plans by the App Store Server API's budget: it needs --source server-api or both (and the App Store Connect key)")
@@ -161,7 +161,7 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     let secret = try common.sharedSecret()
     let endpoints = try common.endpoints()
     // The Server API's configuration is checked before anything connects.
-    let serverAPIConfiguration = options.source == .serverAPI || options.crossCheck
+    let serverAPIConfiguration = options.sources.asksServerAPI
         ? (try common.appStoreConnect.credentials(bundleIds: common.app.configuredBundleIds()), try common.appStoreConnect.endpoints())
         : nil
     let sessions = RunSessions(

@@ -21,7 +21,7 @@ struct RunCommandOptions: ParsableArguments {
     var dryRun = false
 
     @Option(help: "Apple requests in flight at once.")
-    var concurrency = 64
+    var concurrency = RunOptions.defaults.concurrency
 
     @Option(help: ArgumentHelp("Apple requests per second at most (default: unlimited).", valueName: "requests-per-second"))
     var rateLimit: Double?
@@ -29,7 +29,7 @@ struct RunCommandOptions: ParsableArguments {
     @Option(help: ArgumentHelp(
         "The share of Apple's App Store Server API quota the job may use on each endpoint (history, statuses, notification-history); the rest stays with the app server's own calls. --shard K/N workers split it N ways.",
         valueName: "share"))
-    var apiBudgetShare = 0.5
+    var apiBudgetShare = RunOptions.defaults.apiBudgetShare
 
     @Option(help: ArgumentHelp(
         "Apple's quota for this app on one App Store Server API endpoint, in requests a second, where Apple granted more than its table (production 50, sandbox 5 on history, statuses and notification-history): ENDPOINT=R for production, ENDPOINT.sandbox=R for the sandbox. Repeatable.",
@@ -42,7 +42,7 @@ struct RunCommandOptions: ParsableArguments {
     var notificationHistorySince: String?
 
     @Option(help: "Attempts per receipt before it is deferred to a later run.")
-    var maxAttempts = 5
+    var maxAttempts = RunOptions.defaults.policy.maximumAttempts
 
     @Option(help: ArgumentHelp("Where the report goes (default: reports/run-ID).", valueName: "directory"))
     var reportDir: String?
@@ -54,31 +54,31 @@ struct RunCommandOptions: ParsableArguments {
     var excludeOldTransactions = false
 
     @Option(help: "Whether sandbox purchases grant entitlements: allow (App Review uses them) or deny.")
-    var sandbox: SandboxPolicy = .allow
+    var sandbox = RunOptions.defaults.sandboxPolicy
 
     @Option(help: "Do not revoke for an expiry that passed less than this long ago (Apple's renewal can show up late).")
-    var expiryLag = TimeLength(seconds: 3600)
+    var expiryLag = TimeLength(RunOptions.defaults.expiryLag)
 
     @Option(help: "Apply nothing (exit 3) when more than this share of the run's accounts would lose an entitlement (over at least 100 accounts).")
-    var maxRevokeRatio = 0.10
+    var maxRevokeRatio = RunOptions.defaults.maximumRevokeRatio
 
     @Option(help: "Accounts per write transaction (and per page read).")
-    var batchSize = 500
+    var batchSize = RunOptions.defaults.batchSize
 
     @Option(help: ArgumentHelp("Write Prometheus metrics of the run here, for node_exporter's textfile collector.", valueName: "path"))
     var metricsFile: String?
 
     @Option(help: "How often a progress line is logged when stderr is not a terminal.")
-    var progressInterval = TimeLength(seconds: 10)
+    var progressInterval = TimeLength(RunOptions.defaults.progressInterval)
 
     @Option(help: "Unmatched server notifications are tried again by later runs until they are this old.")
-    var notificationMaxAge = TimeLength(seconds: 7 * 86_400)
+    var notificationMaxAge = TimeLength(RunOptions.defaults.notificationMaximumAge)
 
     @Option(help: "Rewrite each account's ledger rows at least once in this long, even when Apple's answer is unchanged, so rows edited or deleted outside the job are put right (each account at its own time, about a seventh of them each night at 7d; backfill always rewrites; 0: every run).")
-    var ledgerRefresh = TimeLength(seconds: 7 * 86_400)
+    var ledgerRefresh = TimeLength(RunOptions.defaults.ledgerRefresh.interval)
 
     @Option(help: "Time limit for one exchange with Apple.")
-    var requestTimeout = TimeLength(seconds: 60)
+    var requestTimeout = TimeLength(RunOptions.defaults.policy.requestTimeout)
 
     @Option(help: ArgumentHelp("verifyReceipt production address (default: $APPLE_PRODUCTION_URL, else Apple's).", valueName: "url"))
     var appleProductionURL: String?
@@ -183,163 +183,10 @@ struct RunCommandOptions: ParsableArguments {
         options.appAppleId = try app.configuredAppAppleId()
         let source = self.source ?? (appStoreConnect.isConfigured ? .both : .verifyReceipt)
         switch source {
-        case .verifyReceipt: options.source = .verifyReceipt
-        case .serverAPI: options.source = .serverAPI
-        case .both:
-            options.source = authority.appleSource
-            options.crossCheck = true
+        case .verifyReceipt: options.sources = .verifyReceipt
+        case .serverAPI: options.sources = .serverAPI
+        case .both: options.sources = .both(authority: authority.appleSource)
         }
         return options
-    }
-}
-
-/// Who the app is, for the checks on receipts and on Apple's signed data (contract section 9).
-struct AppIdentityOptions: ParsableArguments {
-    @Option(name: .customLong("bundle-id"), help: ArgumentHelp(
-        "The app's bundle id (repeatable; default: $APPLE_BUNDLE_ID and $APPSTORE_BUNDLE_ID, comma-separated). A receipt of another bundle is foreign_bundle, a failure for its account; signed data of another bundle is rejected (jws_invalid: bundle). With none, each receipt row's bundle_id is the app's, and signed data is rejected.",
-        valueName: "id"))
-    var bundleIds: [String] = []
-
-    @Option(help: ArgumentHelp(
-        "The app's Apple id (default: $APPSTORE_APP_APPLE_ID). Production V2 notifications must carry it (jws_invalid: app_apple_id).",
-        valueName: "number"))
-    var appAppleId: Int64?
-
-    @Option(name: .customLong("apple-root-certificate"), help: ArgumentHelp(
-        "A trusted root for Apple's signed data, DER or PEM (repeatable). Replaces the built-in Apple Root CA - G3: for tests and the simulator (simulate-apple writes its root.der).",
-        valueName: "file"))
-    var appleRootCertificates: [String] = []
-
-    /// `--bundle-id`, else `APPLE_BUNDLE_ID` and `APPSTORE_BUNDLE_ID` (comma-separated).
-    func configuredBundleIds() -> [String] {
-        if !bundleIds.isEmpty { return bundleIds }
-        let environment = ProcessInfo.processInfo.environment
-        let variables = [environment["APPLE_BUNDLE_ID"], environment["APPSTORE_BUNDLE_ID"]].compactMap { $0 }.joined(separator: ",")
-        var seen = Set<String>()
-        return variables.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-            .filter { !$0.isEmpty && seen.insert($0).inserted }
-    }
-
-    func configuredAppAppleId() throws -> Int64? {
-        if let appAppleId { return appAppleId }
-        guard let text = ProcessInfo.processInfo.environment["APPSTORE_APP_APPLE_ID"], !text.isEmpty else { return nil }
-        guard let id = Int64(text.trimmingCharacters(in: .whitespaces)), id > 0 else {
-            throw ConfigurationError("APPSTORE_APP_APPLE_ID must be the app's numeric Apple id")
-        }
-        return id
-    }
-
-    /// The roots given, DER (PEM accepted), else Apple Root CA - G3; each one checked to be a certificate.
-    func trustedRoots() throws -> [[UInt8]] {
-        guard !appleRootCertificates.isEmpty else { return [AppleRootCertificates.appleRootCAG3] }
-        let roots = try appleRootCertificates.map { path -> [UInt8] in
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw ConfigurationError("cannot read the root certificate \(path)")
-            }
-            let text = String(decoding: data, as: UTF8.self)
-            guard text.contains("-----BEGIN CERTIFICATE-----") else { return Array(data) }
-            let base64 = text.components(separatedBy: "-----BEGIN CERTIFICATE-----")[1]
-                .components(separatedBy: "-----END CERTIFICATE-----")[0].filter { !$0.isWhitespace }
-            guard let der = Data(base64Encoded: base64) else { throw ConfigurationError("\(path) is not a PEM certificate") }
-            return Array(der)
-        }
-        do {
-            _ = try SignedDataVerifier(configuration: .init(trustedRoots: roots, bundleIds: []))
-        } catch {
-            throw ConfigurationError("--apple-root-certificate: \(error)")
-        }
-        return roots
-    }
-}
-
-extension AppleURL {
-    /// `check`, as the command's configuration error (exit 2).
-    static func require(_ text: String, name: String) throws {
-        do {
-            try check(text, name: name)
-        } catch let refused as AppleURL.Refused {
-            throw ConfigurationError(refused.description)
-        }
-    }
-}
-
-/// `--source`, as the contract spells it.
-enum SourceOption: String, ExpressibleByArgument, CaseIterable, Sendable {
-    case verifyReceipt = "verify-receipt"
-    case serverAPI = "server-api"
-    case both
-}
-
-/// `--authority`.
-enum AuthorityOption: String, ExpressibleByArgument, CaseIterable, Sendable {
-    case verifyReceipt = "verify-receipt"
-    case serverAPI = "server-api"
-
-    var appleSource: AppleSource {
-        switch self {
-        case .verifyReceipt: .verifyReceipt
-        case .serverAPI: .serverAPI
-        }
-    }
-}
-
-/// The App Store Server API's configuration (contract section 9). The key file is read once;
-/// neither it nor the token made from it is ever printed.
-struct AppStoreConnectOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("App Store Connect issuer id (default: $APPSTORE_ISSUER_ID).", valueName: "id"))
-    var appstoreIssuerId: String?
-
-    @Option(help: ArgumentHelp("In-app purchase key id (default: $APPSTORE_KEY_ID).", valueName: "id"))
-    var appstoreKeyId: String?
-
-    @Option(help: ArgumentHelp(
-        "The in-app purchase key, a .p8 file (default: $APPSTORE_PRIVATE_KEY_FILE). Never the key itself on the command line.",
-        valueName: "path"))
-    var appstorePrivateKeyFile: String?
-
-    @Option(help: ArgumentHelp("Server API production address (default: $APPSTORE_API_URL, else https://api.storekit.apple.com).", valueName: "url"))
-    var appstoreApiUrl: String?
-
-    @Option(help: ArgumentHelp(
-        "Server API sandbox address (default: $APPSTORE_SANDBOX_API_URL, else https://api.storekit-sandbox.apple.com).", valueName: "url"))
-    var appstoreSandboxApiUrl: String?
-
-    /// A key is configured: the default source is then `both`.
-    var isConfigured: Bool { value(appstorePrivateKeyFile, "APPSTORE_PRIVATE_KEY_FILE") != nil }
-
-    private func value(_ flag: String?, _ variable: String) -> String? {
-        if let flag, !flag.isEmpty { return flag }
-        return ProcessInfo.processInfo.environment[variable].flatMap { $0.isEmpty ? nil : $0 }
-    }
-
-    /// The credentials, or a configuration error naming what is missing (never the key's content).
-    func credentials(bundleIds: [String]) throws -> ServerAPICredentials {
-        guard let issuer = value(appstoreIssuerId, "APPSTORE_ISSUER_ID") else {
-            throw ConfigurationError("the Server API needs APPSTORE_ISSUER_ID (or --appstore-issuer-id)")
-        }
-        guard let keyId = value(appstoreKeyId, "APPSTORE_KEY_ID") else {
-            throw ConfigurationError("the Server API needs APPSTORE_KEY_ID (or --appstore-key-id)")
-        }
-        guard let path = value(appstorePrivateKeyFile, "APPSTORE_PRIVATE_KEY_FILE") else {
-            throw ConfigurationError("the Server API needs APPSTORE_PRIVATE_KEY_FILE (or --appstore-private-key-file)")
-        }
-        guard let bundleId = bundleIds.first else {
-            throw ConfigurationError("the Server API needs the app's bundle id (APPSTORE_BUNDLE_ID or --bundle-id)")
-        }
-        let pem = try SecretFile.read(path, what: "the key file")
-        do {
-            return try ServerAPICredentials(issuerId: issuer, keyId: keyId, bundleId: bundleId, privateKeyPEM: pem)
-        } catch {
-            throw ConfigurationError("the key file \(path): \(error)")
-        }
-    }
-
-    func endpoints() throws -> ServerAPIClient.Endpoints {
-        let endpoints = ServerAPIClient.Endpoints(
-            production: value(appstoreApiUrl, "APPSTORE_API_URL") ?? ServerAPIClient.Endpoints.apple.production,
-            sandbox: value(appstoreSandboxApiUrl, "APPSTORE_SANDBOX_API_URL") ?? ServerAPIClient.Endpoints.apple.sandbox)
-        try AppleURL.require(endpoints.production, name: "the Server API URL (--appstore-api-url, APPSTORE_API_URL)")
-        try AppleURL.require(endpoints.sandbox, name: "the Server API sandbox URL (--appstore-sandbox-api-url, APPSTORE_SANDBOX_API_URL)")
-        return endpoints
     }
 }

@@ -36,7 +36,7 @@ import TestSupport
     /// The nightly run, verifying through the Server API, reading notification history from a day back.
     static func options(_ world: RunWorld) -> RunOptions {
         var options = world.options()
-        options.source = .serverAPI
+        options.sources = .serverAPI
         options.bundleIds = ["com.example.app"]
         options.appAppleId = appAppleId
         options.appleRootCertificates = [world.simulator.signingRoot]

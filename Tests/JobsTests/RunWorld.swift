@@ -124,7 +124,7 @@ final class RunWorld: @unchecked Sendable {
         defer { client.shutdown() }
         // The Server API, when the options ask for it: the simulator's, with Apple's test key.
         var serverAPI: ServerAPIClient?
-        if options.source == .serverAPI || options.crossCheck {
+        if options.sources.asksServerAPI {
             let pem = String(decoding: try Fixtures.bytes("asapi/apple-lib/swift/certs/testSigningKey.p8"), as: UTF8.self)
             let credentials = try ServerAPICredentials(issuerId: "issuer", keyId: "KEY", bundleId: "com.example.app", privateKeyPEM: pem)
             serverAPI = ServerAPIClient(

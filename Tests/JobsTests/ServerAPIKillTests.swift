@@ -68,8 +68,7 @@ import TestSupport
                 #expect(runs.prefix(2).allSatisfy { $0.contains(" interrupted ") } && runs.count == 3, "\(runs)")
 
                 var options = calm.options()
-                options.source = .serverAPI
-                options.crossCheck = true
+                options.sources = .both(authority: .serverAPI)
                 options.bundleIds = ["com.example.app"]
                 options.appleRootCertificates = [calm.simulator.signingRoot]
                 let (undisturbed, _) = try await calm.run(options)

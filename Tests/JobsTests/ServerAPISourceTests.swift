@@ -12,7 +12,7 @@ import TestSupport
     static func options(_ world: RunWorld) -> RunOptions {
         // A backfill: the tests run verifyReceipt first, after which nothing is due.
         var options = world.options(kind: .backfill, selection: .backfill(accounts: [], receiptIds: [], since: nil, until: nil, products: [], all: true))
-        options.source = .serverAPI
+        options.sources = .serverAPI
         options.bundleIds = ["com.example.app"]
         options.appleRootCertificates = [world.simulator.signingRoot]
         return options
@@ -157,8 +157,7 @@ import TestSupport
 
     static func both(_ world: RunWorld, authority: AppleSource) -> RunOptions {
         var options = Self.options(world)
-        options.source = authority
-        options.crossCheck = true
+        options.sources = .both(authority: authority)
         return options
     }
 
