@@ -36,6 +36,8 @@ public final class ServerAPIClient: Sendable {
     public enum Failure: Error, Sendable, Equatable {
         /// Apple's or the network's trouble outlasted the attempts: a later run tries again.
         case deferred(reason: String)
+        /// Never sent: Apple said stop (a 401, the 21004 stop) while the request waited its turn.
+        case notSent(reason: String)
         /// A final answer: Apple's `errorCode` and `errorMessage` where it gave them.
         case failed(httpStatus: Int?, errorCode: Int?, reason: String)
         /// HTTP 401: the key, its id, the issuer or the bundle id is wrong. The run stops (exit 2).
@@ -225,7 +227,7 @@ public final class ServerAPIClient: Sendable {
             } else if case .retry = verdict {
                 shared.stormGate.record(transientFailure: true)
             } else if case .stopped(let why) = verdict {
-                return .failure(.deferred(reason: VerificationOutcome.notSentPrefix + why))
+                return .failure(.notSent(reason: why))
             } else {
                 shared.stormGate.record(transientFailure: false)
             }

@@ -10,6 +10,9 @@ public struct VerificationOutcome: Sendable {
         case verifiedSignedData
         /// Apple's or the network's trouble outlasted the attempts: try again in a later run.
         case deferred(reason: String)
+        /// Never sent: Apple said stop (a 401, the 21004 stop) while the request waited its turn.
+        /// Not an attempt: the receipt is due again at once. A receipt outcome of `deferred`.
+        case notSent(reason: String)
         /// A final answer that is not a verification: the receipt's fault, the secret's, or an
         /// unknown status. `status` is Apple's when one came back.
         case failed(status: Int?, reason: String)
@@ -22,10 +25,6 @@ public struct VerificationOutcome: Sendable {
         /// failure for its account until it is released.
         case quarantined(reason: String)
     }
-
-    /// How a `deferred` reason starts when the request was never sent: Apple said stop (a 401, or
-    /// the 21004 stop) while it waited its turn. Not an attempt: the receipt is due again at once.
-    public static let notSentPrefix = "not sent: "
 
     public var result: Result
     /// HTTP exchanges made, redirects included.
@@ -52,7 +51,7 @@ public struct VerificationOutcome: Sendable {
     public var receiptOutcome: ReceiptOutcome {
         switch result {
         case .verified, .verifiedSignedData: .verified
-        case .deferred: .deferred
+        case .deferred, .notSent: .deferred
         case .failed: .failed
         case .invalidReceipt: .invalidReceipt
         case .foreignBundle: .foreignBundle
@@ -65,6 +64,7 @@ public struct VerificationOutcome: Sendable {
         case .verified, .verifiedSignedData: nil
         case .deferred(let reason), .failed(_, let reason), .invalidReceipt(let reason), .foreignBundle(let reason),
              .quarantined(let reason): reason
+        case .notSent(let reason): "not sent: " + reason
         }
     }
 

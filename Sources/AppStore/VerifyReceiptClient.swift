@@ -125,7 +125,7 @@ public final class VerifyReceiptClient: Sendable {
                     return outcome  // cancelled: leave it deferred for the next run
                 }
             case .stopped(let reason):
-                outcome.result = .deferred(reason: VerificationOutcome.notSentPrefix + reason)
+                outcome.result = .notSent(reason: reason)
                 return outcome
             case .redirect:
                 preconditionFailure("redirects are resolved above")

@@ -161,7 +161,7 @@ struct AccountProcessor: Sendable {
             } else {
                 counts.latestReceiptsIgnored += 1
             }
-        case .deferred(let reason) where reason.hasPrefix(VerificationOutcome.notSentPrefix):
+        case .notSent:
             // Never sent: Apple said stop (a 401, the 21004 stop). No attempt spent; due again at once.
             update.attempts = receipt.attempts
         case .deferred:

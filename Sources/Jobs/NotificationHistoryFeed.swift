@@ -76,6 +76,7 @@ struct NotificationHistoryFeed: Sendable {
     static func describe(_ failure: ServerAPIClient.Failure) -> String {
         switch failure {
         case .deferred(let reason), .unauthorized(let reason), .failed(_, _, let reason): reason
+        case .notSent(let reason): "not sent: " + reason
         }
     }
 }

@@ -133,6 +133,7 @@ struct ServerAPISource: AppleAccountSource {
     private func result(_ failure: ServerAPIClient.Failure) -> VerificationOutcome.Result {
         switch failure {
         case .deferred(let reason): return .deferred(reason: reason)
+        case .notSent(let reason): return .notSent(reason: reason)
         case .failed(_, let code, let reason): return .failed(status: code, reason: reason)
         case .unauthorized(let reason):
             secretGuard.noteUnauthorized(reason)

@@ -218,7 +218,7 @@ enum ExplainOutput {
         out += "\nCorrections, newest first\n"
         out += evidence.corrections.isEmpty ? "  (none)\n" : table(
             ["run", "run started", "product", "kind", "status", "applied", "reason"],
-            evidence.corrections.map { [String($0.runId), time($0.runStartedAt), $0.productId, $0.kind, $0.status, time($0.appliedAt), $0.reason] })
+            evidence.corrections.map { [String($0.runId), time($0.runStartedAt), $0.productId, $0.kind.rawValue, $0.status.rawValue, time($0.appliedAt), $0.reason] })
         out += "\nServer notifications, newest first\n"
         out += evidence.notifications.isEmpty ? "  (none)\n" : table(
             ["id", "received", "type", "outcome", "processed", "reason"],
@@ -300,7 +300,7 @@ enum ExplainOutput {
             "corrections": evidence.corrections.map { correction in
                 [
                     "run_id": correction.runId, "run_started_at": time(correction.runStartedAt), "product_id": correction.productId,
-                    "kind": correction.kind, "status": correction.status, "applied_at": time(correction.appliedAt), "reason": correction.reason,
+                    "kind": correction.kind.rawValue, "status": correction.status.rawValue, "applied_at": time(correction.appliedAt), "reason": correction.reason,
                 ] as [String: Any]
             },
             "quarantine": evidence.quarantine.map { ["since": time($0.since), "reason": $0.reason] as [String: Any] } ?? NSNull(),

@@ -1,6 +1,14 @@
 import CivilCalendar
 import Foundation
 
+/// Where a correction stands (`iap.corrections.status`): planned by a run, then applied, or
+/// superseded when the row changed since it was planned (or a later plan replaced it).
+public enum CorrectionStatus: String, Sendable, Codable, CaseIterable {
+    case planned
+    case applied
+    case superseded
+}
+
 /// One change to `iap.entitlements`, with the reason a person reads in the report.
 public struct Correction: Sendable, Equatable {
     /// `iap.corrections.kind`.

@@ -61,18 +61,18 @@ public struct AccountEvidence: Sendable {
     }
 
     /// A correction ever made to the account.
-    public struct CorrectionRecord: Sendable, Equatable {
+    public struct PastCorrection: Sendable, Equatable {
         public var runId: Int64
         /// When its run started.
         public var runStartedAt: Date?
         public var productId: String
-        public var kind: String
+        public var kind: Correction.Kind
         public var reason: String
-        /// `planned`, `applied`, `superseded`...
-        public var status: String
+        public var status: CorrectionStatus
         public var appliedAt: Date?
 
-        public init(runId: Int64, runStartedAt: Date?, productId: String, kind: String, reason: String, status: String, appliedAt: Date?) {
+        public init(runId: Int64, runStartedAt: Date?, productId: String, kind: Correction.Kind, reason: String, status: CorrectionStatus,
+                    appliedAt: Date?) {
             self.runId = runId
             self.runStartedAt = runStartedAt
             self.productId = productId
@@ -108,7 +108,7 @@ public struct AccountEvidence: Sendable {
     public var ledger: [LedgerTransaction]
     public var renewals: [Renewal]
     public var entitlements: [Entitlement]
-    public var corrections: [CorrectionRecord]
+    public var corrections: [PastCorrection]
     public var notifications: [NotificationRecord]
     /// When and why the account was set aside (contract section 11); nil when it is not.
     public var quarantine: Quarantine?
@@ -128,7 +128,7 @@ public struct AccountEvidence: Sendable {
     }
 
     public init(accountId: String, receipts: [Receipt] = [], ledger: [LedgerTransaction] = [], renewals: [Renewal] = [],
-                entitlements: [Entitlement] = [], corrections: [CorrectionRecord] = [], notifications: [NotificationRecord] = []) {
+                entitlements: [Entitlement] = [], corrections: [PastCorrection] = [], notifications: [NotificationRecord] = []) {
         self.accountId = accountId
         self.receipts = receipts
         self.ledger = ledger

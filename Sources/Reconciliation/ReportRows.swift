@@ -39,14 +39,14 @@ public struct ReceiptFailure: Sendable, Equatable {
     }
 }
 
-/// One correction as reports list it.
-public struct CorrectionRecord: Sendable {
+/// One correction as `corrections.csv` lists it.
+public struct CorrectionRow: Sendable {
     public var id: Int64
     public var accountId: String
     public var productId: String
-    public var kind: String
+    public var kind: Correction.Kind
     public var reason: String
-    public var status: String
+    public var status: CorrectionStatus
     public var appliedAt: Date?
     public var beforeState: String?
     public var afterState: String?
@@ -54,7 +54,7 @@ public struct CorrectionRecord: Sendable {
     public var afterExpiresAt: Date?
     public var environment: String?
 
-    public init(id: Int64, accountId: String, productId: String, kind: String, reason: String, status: String, appliedAt: Date?,
+    public init(id: Int64, accountId: String, productId: String, kind: Correction.Kind, reason: String, status: CorrectionStatus, appliedAt: Date?,
                 beforeState: String?, afterState: String?, beforeExpiresAt: Date?, afterExpiresAt: Date?, environment: String?) {
         self.id = id
         self.accountId = accountId

@@ -302,8 +302,8 @@ public enum RunReport {
         }
     }
 
-    public static func correctionFields(_ record: CorrectionRecord) -> [String?] {
-        [String(record.id), record.accountId, record.productId, record.kind, record.reason, record.status,
+    public static func correctionFields(_ record: CorrectionRow) -> [String?] {
+        [String(record.id), record.accountId, record.productId, record.kind.rawValue, record.reason, record.status.rawValue,
          record.appliedAt.map { Timestamp.format($0) }, record.beforeState, record.afterState,
          record.beforeExpiresAt.map { Timestamp.format($0) }, record.afterExpiresAt.map { Timestamp.format($0) }, record.environment]
     }

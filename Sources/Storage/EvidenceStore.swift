@@ -74,9 +74,9 @@ public struct EvidenceStore: Sendable {
                 FROM iap.corrections c JOIN iap.reconciliation_runs r ON r.id = c.run_id
                 WHERE c.account_id = \(accountId) ORDER BY c.id DESC
                 """).map { row in
-                AccountEvidence.CorrectionRecord(
+                AccountEvidence.PastCorrection(
                     runId: try row.decode("run_id"), runStartedAt: try row.decode("started_at"), productId: try row.decode("product_id"),
-                    kind: try row.decode("kind"), reason: try row.decode("reason"), status: try row.decode("status"),
+                    kind: try row.decodeRawValue("kind"), reason: try row.decode("reason"), status: try row.decodeRawValue("status"),
                     appliedAt: try row.decode("applied_at"))
             }
             evidence.notifications = try await connection.query("""

@@ -117,7 +117,7 @@ extension ReconciliationStore {
     }
 
     /// The run's corrections, for reports, streamed in id order.
-    public func forEachCorrection(runId: Int64, _ body: (CorrectionRecord) throws -> Void) async throws {
+    public func forEachCorrection(runId: Int64, _ body: (CorrectionRow) throws -> Void) async throws {
         try await connection.withCursor("""
             SELECT id, account_id, product_id, kind, reason, status, applied_at,
                    before->>'state' AS before_state, after->>'state' AS after_state,
@@ -127,9 +127,9 @@ extension ReconciliationStore {
             """, fetchSize: 5_000) { cursor in
             for try await rows in cursor {
                 for row in rows {
-                    try body(CorrectionRecord(
+                    try body(CorrectionRow(
                         id: try row.decode("id"), accountId: try row.decode("account_id"), productId: try row.decode("product_id"),
-                        kind: try row.decode("kind"), reason: try row.decode("reason"), status: try row.decode("status"),
+                        kind: try row.decodeRawValue("kind"), reason: try row.decode("reason"), status: try row.decodeRawValue("status"),
                         appliedAt: try row.decode("applied_at"), beforeState: try row.decode("before_state"),
                         afterState: try row.decode("after_state"), beforeExpiresAt: try row.decode("before_expires_at"),
                         afterExpiresAt: try row.decode("after_expires_at"), environment: try row.decode("environment")))

@@ -324,3 +324,16 @@ public struct AccountWork: Sendable {
         self.unfinished = unfinished
     }
 }
+
+extension PostgresRow {
+    /// A column that holds one of the program's closed sets (a CHECK constraint keeps the table to
+    /// it); a value outside it is a decoding error naming the column, never a guess.
+    func decodeRawValue<Value: RawRepresentable>(_ column: String, as type: Value.Type = Value.self) throws -> Value
+        where Value.RawValue == String
+    {
+        guard let value = Value(rawValue: try decode(column, as: String.self)) else {
+            throw PostgresError(code: .decoding, phase: .decode, message: "unknown \(Value.self)", column: column)
+        }
+        return value
+    }
+}

@@ -165,7 +165,7 @@ import Throttling
             return await group.reduce(into: []) { $0.append($1) }
         }
         let unauthorized = outcomes.filter { if case .failure(.unauthorized) = $0.result { true } else { false } }
-        let notSent = outcomes.filter { if case .failure(.deferred(let reason)) = $0.result { reason.hasPrefix("not sent:") } else { false } }
+        let notSent = outcomes.filter { if case .failure(.notSent) = $0.result { true } else { false } }
         let sent = try await simulator.statistics()["http_requests"].map { $0 - 1 }  // less the statistics request itself
         #expect(sent == outcomes.map(\.requests).reduce(0, +))
         #expect((1...5).contains(sent ?? 0), "\(sent ?? 0) requests reached Apple after the key was refused")
