@@ -107,11 +107,11 @@ let package = Package(
         // The executable: commands and their options, wiring, logging, exit statuses, the stop signals.
         .executableTarget(
             name: "receipt-reconciler",
-            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "Hashing", "CivilCalendar", "ReportOutput", "Reconciliation", "Storage", "Jobs", "Throttling", "CommandLineValues", "Inspection", argumentParser, logging],
+            dependencies: ["Postgres", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "Hashing", "CivilCalendar", "ReportOutput", "Reconciliation", "Storage", "Jobs", "Throttling", "CommandLineValues", "Inspection", "Locking", argumentParser, logging],
             path: "Sources/ReceiptReconciler"
         ),
 
-        .target(name: "TestSupport", dependencies: ["Postgres", "HTTP", "Hashing", logging], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["Postgres", "HTTP", "Hashing", "Locking", logging], path: "Tests/TestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport", logging]),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "AppStoreModels", "SignedData", "Throttling", "HTTP", "TestSupport", logging, crypto]),
         .testTarget(name: "SignedDataTests", dependencies: ["SignedData", "AppStoreModels", "AppleSimulator", "Hashing", "Locking", "TestSupport"]),

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import Locking
 
 /// SIGTERM and SIGINT (`systemctl stop`, `kubectl delete`, Ctrl-C), owned by one thread.
 ///
@@ -16,7 +16,8 @@ import Synchronization
 /// its choosing reaches an intercepted call; `sigwait` involves no handler.
 enum StopSignals {
     /// The one listener (a run), if any.
-    private static let listener = Mutex<AsyncStream<Int32>.Continuation?>(nil)
+    /// `Locked`, which the thread sanitizer sees (it cannot see `Synchronization.Mutex`).
+    private static let listener = Locked<AsyncStream<Int32>.Continuation?>(nil)
 
     private static var stopSet: sigset_t {
         var signals = sigset_t()
