@@ -9,7 +9,6 @@ import Logging
 import Postgres
 import Reconciliation
 import Storage
-import Synchronization
 
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -186,18 +185,26 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
         options: options, sessions: sessions, client: client, serverAPI: serverAPI, sharedSecret: secret, logger: logger,
         planned: printPlan)
 
-    // SIGTERM and SIGINT: stop taking accounts, finish what is in flight, commit, end `interrupted`.
-    let watcher = Task {
-        for await received in stopSignals {
-            logger.notice("run.stopping", metadata: ["run.signal": "\(received == SIGTERM ? "SIGTERM" : "SIGINT")"])
-            run.requestStop()
-        }
-    }
-    defer { watcher.cancel() }
-
     let result: (summary: RunSummary, ending: ReconciliationRun.Ending)
     do {
-        result = try await run.run()
+        result = try await withThrowingTaskGroup(of: (summary: RunSummary, ending: ReconciliationRun.Ending)?.self) { group in
+            // SIGTERM and SIGINT: stop taking accounts, finish what is in flight, commit, end
+            // `interrupted`. The watcher is a child of the run's group, so it ends with the run.
+            group.addTask {
+                for await received in stopSignals {
+                    logger.notice("run.stopping", metadata: ["run.signal": "\(received == SIGTERM ? "SIGTERM" : "SIGINT")"])
+                    run.requestStop()
+                }
+                return nil
+            }
+            group.addTask { try await run.run() }
+            for try await finished in group {
+                guard let finished else { continue }  // the watcher ended: the signals' stream was finished
+                group.cancelAll()  // the watcher, waiting for a signal that will not come now
+                return finished
+            }
+            throw CancellationError()  // only if the run's own task was cancelled before it returned
+        }
     } catch is RunLocked {
         logger.error("run.locked", metadata: ["error": "another run holds the lock on this database; try again when it ends"])
         throw ExitStatus.locked
