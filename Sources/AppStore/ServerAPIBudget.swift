@@ -2,16 +2,6 @@ import AppStoreModels
 import Locking
 import Throttling
 
-/// The App Store Server API's endpoints that Apple limits one by one.
-public enum ServerAPIEndpoint: String, Sendable, CaseIterable, Codable, CodingKeyRepresentable {
-    /// Get Transaction History (`/inApps/v2/history/{id}`).
-    case history
-    /// Get All Subscription Statuses (`/inApps/v1/subscriptions/{id}`).
-    case statuses
-    /// Get Notification History (`/inApps/v1/notifications/history`).
-    case notificationHistory = "notification-history"
-}
-
 /// What Apple allows the app on each endpoint, in requests a second: per app and per endpoint,
 /// enforced over the hour, and shared with the app server's own live calls.
 public struct ServerAPIQuota: Sendable, Equatable {
@@ -39,19 +29,7 @@ public struct ServerAPIQuota: Sendable, Equatable {
 /// 429 pauses its bucket for every task until `Retry-After`. Counts what was asked, for the
 /// summary and the metrics.
 public final class ServerAPIBudget: Sendable {
-    public struct Key: Hashable, Sendable, Comparable, CustomStringConvertible {
-        public var endpoint: ServerAPIEndpoint
-        public var environment: AppleEnvironment
-
-        public init(_ endpoint: ServerAPIEndpoint, _ environment: AppleEnvironment) {
-            self.endpoint = endpoint
-            self.environment = environment
-        }
-
-        /// `history/Production`.
-        public var description: String { "\(endpoint.rawValue)/\(environment.rawValue)" }
-        public static func < (lhs: Key, rhs: Key) -> Bool { lhs.description < rhs.description }
-    }
+    public typealias Key = ServerAPIEndpointKey
 
     /// One (endpoint, environment)'s traffic in a run.
     public struct Usage: Sendable, Equatable {

@@ -66,7 +66,7 @@ extension ReconciliationRun {
         if let usage = serverAPI?.budget?.usage, !usage.isEmpty {
             let seconds = summary.finishedAt!.timeIntervalSince(summary.startedAt)
             summary.apiRequests = Dictionary(uniqueKeysWithValues: usage.map { key, used in
-                (key.description, APIEndpointUsage(budgetPerSecond: used.budget, requests: used.requests, throttled: used.throttled, seconds: seconds))
+                (key, APIEndpointUsage(budgetPerSecond: used.budget, requests: used.requests, throttled: used.throttled, seconds: seconds))
             })
         }
         let finished = summary

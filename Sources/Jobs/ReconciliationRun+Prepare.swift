@@ -67,7 +67,7 @@ extension ReconciliationRun {
     {
         guard let rolling = options.rollingSchedule, case .due(let staleAfter) = options.selection.kind else { return options.selection }
         let budget = serverAPI?.budget ?? options.apiBudget()
-        let budgets = ["history": budget.budget(.init(.history, .production)), "statuses": budget.budget(.init(.statuses, .production))]
+        let budgets: [ServerAPIEndpoint: Double] = [.history: budget.budget(.init(.history, .production)), .statuses: budget.budget(.init(.statuses, .production))]
         let perAccount = try await withDatabaseRetry(logger: logger) { try await writer.measuredRequestsPerAccount() }
             ?? SchedulePlan.firstGuess
         let capacity = rolling.window.map {

@@ -100,6 +100,9 @@ public enum RunReport {
         return lines.joined(separator: "\n") + "\n"
     }
 
+    /// `summary.md`: the run for people. Long on purpose: its sections in the order a reader
+    /// looks for them (outcome, accounts, corrections, Apple, notifications, what polling cannot
+    /// see), each a few lines; split, the order of the report would live in several places.
     public static func markdown(_ summary: RunSummary) -> String {
         func row(_ name: String, _ value: Int) -> String { "| \(name) | \(value) |" }
         // Lines that carry account ids, reasons and types from the database or Apple.
@@ -279,8 +282,7 @@ public enum RunReport {
             for (name, help, value) in families {
                 lines += ["# HELP receipt_reconciler_last_run_\(name) \(help)", "# TYPE receipt_reconciler_last_run_\(name) gauge"]
                 for (key, usage) in api.sorted(by: { $0.key < $1.key }) {
-                    let parts = key.split(separator: "/")
-                    lines.append("receipt_reconciler_last_run_\(name){\(kind),endpoint=\"\(parts.first ?? "")\",environment=\"\(parts.last ?? "")\"} \(value(usage))")
+                    lines.append("receipt_reconciler_last_run_\(name){\(kind),endpoint=\"\(key.endpoint.rawValue)\",environment=\"\(key.environment.rawValue)\"} \(value(usage))")
                 }
             }
         }

@@ -134,7 +134,7 @@ public struct RunSummary: Sendable, Codable, Equatable {
 
     /// App Store Server API traffic by `endpoint/environment` (`history/Production`). Optional only
     /// so that summaries stored before it still decode; nil when the API was not asked.
-    public var apiRequests: [String: APIEndpointUsage]?
+    public var apiRequests: [ServerAPIEndpointKey: APIEndpointUsage]?
     /// A rolling run's plan: accounts due and taken by reason, the window, the estimates.
     public var schedule: SchedulePlan?
     /// Get Notification History, per environment, when the run read it.

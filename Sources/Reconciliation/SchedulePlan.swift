@@ -1,3 +1,4 @@
+import AppStoreModels
 import CivilCalendar
 import Foundation
 
@@ -26,15 +27,15 @@ public struct SchedulePlan: Sendable, Codable, Equatable {
     public var capacity: Int?
     /// Requests an account costs on each endpoint (`history`, `statuses`): the last completed
     /// run's average, else a first guess.
-    public var requestsPerAccount: [String: Double]
+    public var requestsPerAccount: [ServerAPIEndpoint: Double]
     /// The job's budget on each endpoint, requests a second.
-    public var budgetPerSecond: [String: Double]
+    public var budgetPerSecond: [ServerAPIEndpoint: Double]
     /// `--full-cycle`: every account is verified at least once in this long.
     public var fullCycleSeconds: Double
     public var plannedAt: Date
 
     public init(due: [ScheduleReason: Int], scheduled: [ScheduleReason: Int], windowSeconds: Double?, capacity: Int?,
-                requestsPerAccount: [String: Double], budgetPerSecond: [String: Double], fullCycleSeconds: Double, plannedAt: Date) {
+                requestsPerAccount: [ServerAPIEndpoint: Double], budgetPerSecond: [ServerAPIEndpoint: Double], fullCycleSeconds: Double, plannedAt: Date) {
         self.due = due
         self.scheduled = scheduled
         self.windowSeconds = windowSeconds
@@ -47,10 +48,10 @@ public struct SchedulePlan: Sendable, Codable, Equatable {
 
     /// A first guess before any run measured it: history once per account, a few a second page or
     /// a second Apple ID; statuses for the subscribers.
-    public static let firstGuess: [String: Double] = ["history": 1.1, "statuses": 0.9]
+    public static let firstGuess: [ServerAPIEndpoint: Double] = [.history: 1.1, .statuses: 0.9]
 
     /// How many accounts fit `window` seconds: the endpoint that runs out first decides.
-    public static func capacity(windowSeconds: Double, budgetPerSecond: [String: Double], requestsPerAccount: [String: Double]) -> Int {
+    public static func capacity(windowSeconds: Double, budgetPerSecond: [ServerAPIEndpoint: Double], requestsPerAccount: [ServerAPIEndpoint: Double]) -> Int {
         let limits = requestsPerAccount.compactMap { endpoint, perAccount -> Double? in
             guard perAccount > 0, let budget = budgetPerSecond[endpoint] else { return nil }
             return budget * windowSeconds / perAccount
@@ -64,7 +65,7 @@ public struct SchedulePlan: Sendable, Codable, Equatable {
     public var leftForNextNight: Int { totalDue - totalScheduled }
 
     /// Requests tonight's accounts will cost on each endpoint.
-    public var estimatedRequests: [String: Int] {
+    public var estimatedRequests: [ServerAPIEndpoint: Int] {
         requestsPerAccount.mapValues { Int((Double(totalScheduled) * $0).rounded(.up)) }
     }
 
@@ -93,8 +94,8 @@ public struct SchedulePlan: Sendable, Codable, Equatable {
             "Plan: \(totalScheduled) of \(totalDue) due accounts tonight"
                 + (windowSeconds.map { " (the window of \(Self.duration($0)) holds \(capacity ?? 0) at the budget)" } ?? ""),
             "  by reason: notified \(count(.notified)), at risk \(count(.atRisk)), full cycle \(count(.cycle))",
-            "  App Store Server API requests: " + estimatedRequests.sorted { $0.key < $1.key }.map { endpoint, requests in
-                "\(endpoint) ~\(requests) (\(String(format: "%.2f", requestsPerAccount[endpoint] ?? 0)) an account, "
+            "  App Store Server API requests: " + estimatedRequests.sorted { $0.key.rawValue < $1.key.rawValue }.map { endpoint, requests in
+                "\(endpoint.rawValue) ~\(requests) (\(String(format: "%.2f", requestsPerAccount[endpoint] ?? 0)) an account, "
                     + "budget \(String(format: "%.2f", budgetPerSecond[endpoint] ?? 0))/s)"
             }.joined(separator: ", "),
             "  time at the budget: \(Self.duration(estimatedSeconds))",

@@ -1,3 +1,4 @@
+import AppStoreModels
 import Foundation
 import Postgres
 import Reconciliation
@@ -73,7 +74,7 @@ extension ReconciliationStore {
 
     /// Requests an account cost on each endpoint (`history`, `statuses`, both environments) in the
     /// last completed run that asked the App Store Server API about 20 accounts or more.
-    public func measuredRequestsPerAccount() async throws -> [String: Double]? {
+    public func measuredRequestsPerAccount() async throws -> [ServerAPIEndpoint: Double]? {
         let rows = try await connection.query("""
             SELECT (COALESCE((statistics->'apiRequests'->'history/Production'->>'requests')::float8, 0)
                     + COALESCE((statistics->'apiRequests'->'history/Sandbox'->>'requests')::float8, 0)) / accounts_processed AS history,
@@ -84,6 +85,6 @@ extension ReconciliationStore {
             ORDER BY id DESC LIMIT 1
             """)
         guard let row = rows.first else { return nil }
-        return ["history": try row.decode("history", as: Double.self), "statuses": try row.decode("statuses", as: Double.self)]
+        return [.history: try row.decode("history", as: Double.self), .statuses: try row.decode("statuses", as: Double.self)]
     }
 }

@@ -94,7 +94,7 @@ import TestSupport
                 // stamped by the simulator, which a loaded machine (the sanitizer's) can stall briefly.
                 #expect(Self.busiest(seen.arrivals, span: 2000) <= 20 + 10 + 4, "\(endpoint): \(seen.arrivals)")
                 #expect(Self.busiest(seen.arrivals, span: 3000) <= 30 + 10 + 4, "\(endpoint): \(seen.arrivals)")
-                let usage = try #require(summary.apiRequests?[endpoint])
+                let usage = try #require(summary.apiRequests?[ServerAPIEndpointKey(endpoint)!])
                 #expect(usage.budgetPerSecond == 10 && usage.requests == 60 && usage.throttled == 0)
                 #expect(usage.budgetUsed > 0 && usage.budgetUsed <= 1.3, "\(usage)")
             }
@@ -123,7 +123,7 @@ import TestSupport
             let history = try #require(traffic["history/Production"])
             #expect(history.requests == 9)
             #expect(history.throttled >= 1, "the quota must have been hit for the test to mean anything")
-            #expect(summary.apiRequests?["history/Production"]?.throttled == history.throttled)
+            #expect(summary.apiRequests?[ServerAPIEndpointKey(.history, .production)]?.throttled == history.throttled)
             // The simulator's windows start at its first request, on any endpoint.
             let first = try #require(traffic.values.flatMap { $0.arrivals + $0.throttledAt }.min())
             let refusedByWindow = Dictionary(grouping: history.throttledAt) { ($0 - first) / 2_000 }
@@ -149,7 +149,7 @@ import TestSupport
             let (a, b) = try await (one, two)
             #expect(a.ending == .completed && b.ending == .completed)
             #expect(a.summary.receipts[.verified, default: 0] + b.summary.receipts[.verified, default: 0] == 60)
-            #expect(a.summary.apiRequests?["history/Production"]?.budgetPerSecond == 5)
+            #expect(a.summary.apiRequests?[ServerAPIEndpointKey(.history, .production)]?.budgetPerSecond == 5)
             let traffic = try await world.simulator.apiStatistics()
             for endpoint in ["history/Production", "statuses/Production"] {
                 let seen = try #require(traffic[endpoint])
@@ -195,8 +195,8 @@ import TestSupport
             let (summary, ending) = try await world.run(Self.options(world, history: 1000, statuses: 1000), apiBudget: true)
             #expect(ending == .completed)
             #expect(summary.receipts[.verified] == 3)
-            #expect(summary.apiRequests?["history/Production"]?.requests == 4)  // one-id once, two-ids twice, lifetime once
-            #expect(summary.apiRequests?["statuses/Production"]?.requests == 3)  // not for the lifetime-only account
+            #expect(summary.apiRequests?[ServerAPIEndpointKey(.history, .production)]?.requests == 4)  // one-id once, two-ids twice, lifetime once
+            #expect(summary.apiRequests?[ServerAPIEndpointKey(.statuses, .production)]?.requests == 3)  // not for the lifetime-only account
             #expect(summary.appleRequests == 7)
             // Nothing was lost by asking less: every product of every chain is still entitled, renewal state included.
             let entitlements = try await world.entitlements()

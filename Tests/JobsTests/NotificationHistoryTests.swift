@@ -70,7 +70,7 @@ import TestSupport
             #expect(summary.corrections["revoke"] == 1)
             let row = try #require(try await world.entitlements()["payer/pro.monthly"])
             #expect(row.state == .refunded && row.refundedAt == Date(ms: nowMs - 3 * 3_600_000))
-            #expect(summary.apiRequests?["notification-history/Production"]?.requests == 1)
+            #expect(summary.apiRequests?[ServerAPIEndpointKey(.notificationHistory, .production)]?.requests == 1)
             // The watermark is where the window ended.
             let watermark = try await world.connection.query(
                 "SELECT read_until FROM iap.notification_history_watermarks WHERE environment = 'Production'")

@@ -1,3 +1,4 @@
+import AppStoreModels
 import Foundation
 import Reconciliation
 import Testing
@@ -21,15 +22,15 @@ import TestSupport
         window: Double, historyBudget: Double, statusesBudget: Double, historyPerAccount: Double, statusesPerAccount: Double, expected: Int
     ) {
         #expect(SchedulePlan.capacity(
-            windowSeconds: window, budgetPerSecond: ["history": historyBudget, "statuses": statusesBudget],
-            requestsPerAccount: ["history": historyPerAccount, "statuses": statusesPerAccount]) == expected)
+            windowSeconds: window, budgetPerSecond: [.history: historyBudget, .statuses: statusesBudget],
+            requestsPerAccount: [.history: historyPerAccount, .statuses: statusesPerAccount]) == expected)
     }
 
     static let now = Date(ms: 1_790_000_000_000)  // 2026-09-21T14:13:20Z
 
     static func plan(due: [ScheduleReason: Int], scheduled: [ScheduleReason: Int], capacity: Int?) -> SchedulePlan {
         SchedulePlan(due: due, scheduled: scheduled, windowSeconds: capacity == nil ? nil : 4 * 3600, capacity: capacity,
-                     requestsPerAccount: ["history": 1.1, "statuses": 0.9], budgetPerSecond: ["history": 25, "statuses": 25],
+                     requestsPerAccount: [.history: 1.1, .statuses: 0.9], budgetPerSecond: [.history: 25, .statuses: 25],
                      fullCycleSeconds: 7 * 86_400, plannedAt: now)
     }
 
@@ -38,7 +39,7 @@ import TestSupport
         #expect(plan.totalDue == 113 && plan.totalScheduled == 113 && plan.leftForNextNight == 0)
         #expect(plan.fullCycleCompleteBy == nil)
         // 113 x 1.1 = 124.3, up: 125 history; 113 x 0.9 = 101.7, up: 102 statuses. 125 / 25 = 5 s.
-        #expect(plan.estimatedRequests == ["history": 125, "statuses": 102])
+        #expect(plan.estimatedRequests == [.history: 125, .statuses: 102])
         #expect(plan.estimatedSeconds == 5)
     }
 
