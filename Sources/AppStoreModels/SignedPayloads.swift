@@ -47,11 +47,11 @@ public struct JWSTransaction: SignedPayload, Equatable {
     public var originalPurchaseDate: Date?
     public var expiresDate: Date?
     public var quantity: Int?
-    /// `Auto-Renewable Subscription`, `Non-Consumable`, `Consumable`, `Non-Renewing Subscription`.
-    public var type: String?
+    /// As Apple wrote it; `type` reads it (nil for a value this program does not know).
+    public var rawType: String?
     public var appAccountToken: String?
-    /// `PURCHASED` or `FAMILY_SHARED`.
-    public var inAppOwnershipType: String?
+    /// As Apple wrote it; `inAppOwnershipType` reads it.
+    public var rawInAppOwnershipType: String?
     public var signedDate: Date?
     /// 1: refunded for an issue in the app; 0: another reason.
     public var revocationReason: Int?
@@ -60,20 +60,21 @@ public struct JWSTransaction: SignedPayload, Equatable {
     /// 1 introductory, 2 promotional, 3 offer code, 4 win-back.
     public var offerType: Int?
     public var offerIdentifier: String?
-    /// `FREE_TRIAL`, `PAY_AS_YOU_GO`, `PAY_UP_FRONT`.
-    public var offerDiscountType: String?
+    /// As Apple wrote it; `offerDiscountType` reads it.
+    public var rawOfferDiscountType: String?
     public var storefront: String?
     public var storefrontId: String?
-    /// `PURCHASE` or `RENEWAL`.
-    public var transactionReason: String?
-    public var environment: String?
+    /// As Apple wrote it; `transactionReason` reads it.
+    public var rawTransactionReason: String?
+    /// As Apple wrote it (`Production`, `Sandbox`, also `Xcode` or `LocalTesting`); `environment` reads it.
+    public var rawEnvironment: String?
     /// In milliunits of `currency` (230000 JPY is ¥230).
     public var price: Int64?
     /// ISO 4217.
     public var currency: String?
 
     public var claims: SignedClaims {
-        SignedClaims(signedDate: signedDate, bundleId: bundleId, environment: environment)
+        SignedClaims(signedDate: signedDate, bundleId: bundleId, environment: rawEnvironment)
     }
 
     public init(json: [UInt8]) throws {
@@ -91,20 +92,20 @@ public struct JWSTransaction: SignedPayload, Equatable {
         originalPurchaseDate = try fields.date("originalPurchaseDate")
         expiresDate = try fields.date("expiresDate")
         quantity = try fields.int("quantity")
-        type = try fields.string("type")
+        rawType = try fields.string("type")
         appAccountToken = try fields.string("appAccountToken")
-        inAppOwnershipType = try fields.string("inAppOwnershipType")
+        rawInAppOwnershipType = try fields.string("inAppOwnershipType")
         signedDate = try fields.date("signedDate")
         revocationReason = try fields.int("revocationReason")
         revocationDate = try fields.date("revocationDate")
         isUpgraded = try fields.bool("isUpgraded")
         offerType = try fields.int("offerType")
         offerIdentifier = try fields.string("offerIdentifier")
-        offerDiscountType = try fields.string("offerDiscountType")
+        rawOfferDiscountType = try fields.string("offerDiscountType")
         storefront = try fields.string("storefront")
         storefrontId = try fields.string("storefrontId")
-        transactionReason = try fields.string("transactionReason")
-        environment = try fields.string("environment")
+        rawTransactionReason = try fields.string("transactionReason")
+        rawEnvironment = try fields.string("environment")
         price = try fields.int64("price")
         currency = try fields.string("currency")
     }
@@ -118,13 +119,21 @@ public struct JWSTransaction: SignedPayload, Equatable {
             expiresDate: expiresDate, cancellationDate: revocationDate, cancellationReason: revocationReason,
             isUpgraded: isUpgraded,
             // Signed data says which kind of introductory offer; without offerDiscountType it is unknown.
-            isTrialPeriod: introductory ? offerDiscountType.map { $0 == "FREE_TRIAL" } : false,
-            isInIntroOfferPeriod: introductory ? offerDiscountType.map { $0 != "FREE_TRIAL" } : false,
+            isTrialPeriod: introductory ? rawOfferDiscountType.map { $0 == OfferDiscountType.freeTrial.rawValue } : false,
+            isInIntroOfferPeriod: introductory ? rawOfferDiscountType.map { $0 != OfferDiscountType.freeTrial.rawValue } : false,
             webOrderLineItemId: webOrderLineItemId, subscriptionGroupIdentifier: subscriptionGroupIdentifier,
             offerCodeRefName: offerType == 3 ? offerIdentifier : nil,
             promotionalOfferId: offerType == 2 ? offerIdentifier : nil,
-            inAppOwnershipType: inAppOwnershipType)
+            inAppOwnershipType: rawInAppOwnershipType)
     }
+
+    /// `Auto-Renewable Subscription`, `Non-Consumable`, `Consumable`, `Non-Renewing Subscription`.
+    public var type: SignedProductType? { rawType.flatMap(SignedProductType.init(rawValue:)) }
+    public var inAppOwnershipType: InAppOwnershipType? { rawInAppOwnershipType.flatMap(InAppOwnershipType.init(rawValue:)) }
+    public var offerDiscountType: OfferDiscountType? { rawOfferDiscountType.flatMap(OfferDiscountType.init(rawValue:)) }
+    public var transactionReason: TransactionReason? { rawTransactionReason.flatMap(TransactionReason.init(rawValue:)) }
+    /// Production or the sandbox; nil for Xcode's and local testing's, and for none.
+    public var environment: AppleEnvironment? { rawEnvironment.flatMap(AppleEnvironment.init(rawValue:)) }
 }
 
 /// `JWSRenewalInfoDecodedPayload`: the renewal state of one subscription chain.

@@ -135,7 +135,7 @@ struct NotificationProcessor: Sendable {
             return Processed(type: type, label: label, outcome: .unmatched)
         }
         if let transaction = verified.transaction {
-            let environment = AppleEnvironment(appleName: transaction.environment ?? payload.environment) ?? .production
+            let environment = AppleEnvironment(appleName: transaction.rawEnvironment ?? payload.environment) ?? .production
             try await tx.upsertLedger([LedgerEntry(
                 accountId: account, transaction: transaction.ledgerTransaction, environment: environment, source: .notificationV2,
                 price: transaction.signedPrice)])

@@ -115,7 +115,7 @@ struct ServerAPISource: AppleAccountSource {
 
     /// Apple's `type`; a transaction signed without one (2021) is a subscription when it expires.
     static func isAutoRenewable(_ transaction: JWSTransaction) -> Bool {
-        transaction.type.map { $0 == "Auto-Renewable Subscription" } ?? (transaction.expiresDate != nil)
+        transaction.rawType.map { $0 == SignedProductType.autoRenewable.rawValue } ?? (transaction.expiresDate != nil)
     }
 
     private enum Verified {

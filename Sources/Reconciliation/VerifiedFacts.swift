@@ -70,7 +70,7 @@ extension VerifiedFacts {
             receiptId: receiptId, transactions: signedTransactions.map(\.ledgerTransaction),
             renewals: renewalInfos.map(\.pendingRenewalInfo), environment: environment, source: .serverAPI)
         for transaction in signedTransactions {
-            if transaction.type == "Consumable" { consumableProducts.insert(transaction.productId) }
+            if transaction.type == .consumable { consumableProducts.insert(transaction.productId) }
             if let price = transaction.signedPrice { prices[transaction.transactionId] = price }
         }
     }

@@ -47,7 +47,7 @@ import Testing
         let verified = try await Self.verifier().verifyNotification(signedPayload: Self.notification())
         #expect(verified.payload.notificationType == "REFUND")
         #expect(verified.transaction?.price == 990 && verified.transaction?.currency == "EUR")
-        #expect(verified.transaction?.bundleId == "com.example.app" && verified.transaction?.environment == "Sandbox")
+        #expect(verified.transaction?.bundleId == "com.example.app" && verified.transaction?.environment == .sandbox)
     }
 
     static let faults: [(String?, String, String, Int64?, SignedDataCheck, String?)] = [
