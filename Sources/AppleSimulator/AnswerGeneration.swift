@@ -100,7 +100,8 @@ struct AnswerGeneration: Sendable {
     }
 
     /// Writes the answer as JSON text directly: the simulator must stay cheap next to the client
-    /// it measures (a dictionary and JSONSerialization per answer cost it milliseconds).
+    /// it measures (a dictionary and JSONSerialization per answer cost it milliseconds). Its
+    /// length is the answer's fields, written in Apple's order.
     func answer(receiptData: String, environment: String, excludeOldTransactions: Bool) throws -> [UInt8] {
         var json = JSONText()
         guard status == 0 || status == 21006 else {

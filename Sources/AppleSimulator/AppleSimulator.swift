@@ -62,8 +62,9 @@ public final class AppleSimulator: Sendable {
         server.serveForever()
     }
 
-    /// Turns one request into Apple's answer, or into the fault scripted for this attempt.
-    func handle(method: String, path: String, body: [UInt8], authorization: String? = nil) -> SimulatedReply {
+    /// The tests' own endpoints (`/__stats`, `/__api_stats`, `/__release`, `/__hold/N`,
+    /// `/__night/N`); nil for any other path.
+    func control(method: String, path: String) -> SimulatedReply? {
         if method == "GET" && path == "/__stats" {
             let stats = server.currentStatistics
             return .respond(status: 200, body: Self.json([
@@ -92,6 +93,13 @@ public final class AppleSimulator: Sendable {
             if number == 1 { attempts.withLock { $0.removeAll() } }
             return .respond(status: 200, body: Self.json(["night": number]))
         }
+        return nil
+    }
+
+    /// Turns one request into Apple's answer, or into the fault scripted for this attempt.
+    /// Long because verifyReceipt's steps are in order: route, decode, secret, faults, answer.
+    func handle(method: String, path: String, body: [UInt8], authorization: String? = nil) -> SimulatedReply {
+        if path.hasPrefix("/__"), let reply = control(method: method, path: path) { return reply }
         if path.hasPrefix("/inApps/") || path.hasPrefix("/sandbox/inApps/") {
             verifyRequests.withLock { $0 += 1 }
             return handleServerAPI(method: method, target: path, body: body, authorization: authorization)

@@ -140,6 +140,9 @@ enum ExplainOutput {
         }
     }
 
+    /// The text for support. Long on purpose: the sections in the order support reads them (the
+    /// verdict, what is not verified, the decisions, receipts, ledger, renewals, corrections,
+    /// notifications), each a few lines of the same table helper.
     static func text(_ evidence: AccountEvidence, _ decisions: [ProductDecision], now: Date) -> String {
         let standing = AccountStanding(receipts: evidence.receipts)
         var out = "Account \(DisplayText.escaped(evidence.accountId)), as of \(time(now))\n"
@@ -233,6 +236,8 @@ enum ExplainOutput {
         return out
     }
 
+    /// `--json`: the documented shape (docs/explain.md) written in one place, key by key, so the
+    /// table there and this code can be read side by side; hence its length.
     static func json(_ evidence: AccountEvidence, _ decisions: [ProductDecision], now: Date) -> String {
         func time(_ date: Date?) -> Any { date.map { Timestamp.format($0) } ?? NSNull() }
         func value(_ value: (some Any)?) -> Any { value.map { $0 as Any } ?? NSNull() }

@@ -191,6 +191,9 @@ struct DemoWorld: Sendable {
         ]
     }
 
+    /// The demo world's account number `index`: its kind from the index, then its receipts, ledger
+    /// and stored entitlements. Long on purpose: one short case per kind of account (renewals,
+    /// refunds, grace, family sharing...), read as one table of the world the demo shows.
     func account(_ index: Int) throws -> Account {
         var generator = SplitMix64(seed: seed &+ UInt64(index) &* 0x9E37_79B9_7F4A_7C15)
         let accountId = String(format: "acct-%07d", index)

@@ -19,6 +19,7 @@ extension ReconciliationStore {
     /// each entitlement change lands together with its correction's `applied_at`. A correction
     /// whose entitlement changed since it was planned (its `before` no longer matches the row)
     /// is marked `superseded` instead: the app server's newer write wins, and the next run decides.
+    /// Its length is SQL: the four statements of one transaction, read in order.
     public func applyPlanned(runId: Int64, afterId: Int64, limit: Int, now: Date) async throws -> ApplyResult {
         try await connection.withTransaction { connection in
             // `before` comes back as the entitlement row it describes (PostgreSQL reads the JSON), so
