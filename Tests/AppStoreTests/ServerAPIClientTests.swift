@@ -12,9 +12,11 @@ import Throttling
 /// The App Store Server API client against the real simulator over loopback, and its token.
 @Suite struct ServerAPIClientTests {
     static let signingDirectory = FileManager.default.temporaryDirectory.appending(path: "rr-signing-\(UUID().uuidString)")
+    /// Fast to retry, patient to answer: these tests count attempts, so no attempt may time out by
+    /// accident on a loaded, sanitized machine (as VerifyReceiptClientTests.fastPolicy).
     static let policy = VerificationPolicy(
         maximumAttempts: 3, backoff: Backoff(base: .milliseconds(5), maximum: .milliseconds(20)),
-        connectTimeout: .seconds(2), requestTimeout: .seconds(5))
+        connectTimeout: .seconds(60), requestTimeout: .seconds(60))
 
     static func credentials() throws -> ServerAPICredentials {
         let pem = String(decoding: try Fixtures.bytes("asapi/apple-lib/swift/certs/testSigningKey.p8"), as: UTF8.self)
