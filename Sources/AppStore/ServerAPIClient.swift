@@ -205,8 +205,7 @@ public final class ServerAPIClient: Sendable {
         _ endpoint: ServerAPIEndpoint, _ path: String, query: [(String, String)], method: String = "GET", body: [UInt8] = [],
         outcome: inout Outcome<Value>, mayHop: Bool
     ) async -> Fetched {
-        var reason = "not attempted"
-        for attempt in 1...policy.maximumAttempts {
+        let ended: AttemptsEnded<Fetched> = await policy.attempts(logger: logger, logPrefix: "appstore") { _ in
             outcome.attempts += 1
             let key = ServerAPIBudget.Key(endpoint, outcome.environment)
             var verdict: Verdict
@@ -216,42 +215,37 @@ public final class ServerAPIClient: Sendable {
                 await budget?.acquire(key)
                 verdict = await exchange(path, query: query, method: method, body: body, key: key, outcome: &outcome, mayHop: mayHop)
             } while verdict == .paused && !Task.isCancelled  // a cancelled wait returns at once: no spinning
-            if verdict == .paused { return .failure(.deferred(reason: "cancelled")) }
-            if case .throttled(let why, let retryAfter) = verdict {
+            switch verdict {
+            case .paused:
+                return .done(.failure(.deferred(reason: "cancelled")))
+            case .throttled(let why, let retryAfter):
                 // The app's quota, not this request: every task waits for the endpoint (paused in
                 // `exchange` already), then this one tries again. Not a transient failure for the
                 // storm gate, which would stop verifyReceipt too.
                 budget?.throttled(key)
                 logger.debug("appstore.throttled", metadata: ["appstore.endpoint": "\(key)", "appstore.retry_after": "\(retryAfter ?? .zero)"])
-                verdict = .retry(reason: why, retryAfter: retryAfter)
-            } else if case .retry = verdict {
-                shared.stormGate.record(transientFailure: true)
-            } else if case .stopped(let why) = verdict {
-                return .failure(.notSent(reason: why))
-            } else {
-                shared.stormGate.record(transientFailure: false)
-            }
-            switch verdict {
-            case .body(let body): return .body(body)
-            case .hop: return .hop
-            case .final(let failure): return .failure(failure)
-            case .throttled, .paused, .stopped: preconditionFailure("handled above")
+                return .retry(reason: why, retryAfter: retryAfter)
             case .retry(let why, let retryAfter):
-                reason = why
-                guard attempt < policy.maximumAttempts else { break }
-                if let retryAfter, retryAfter > policy.maximumRetryAfter {
-                    return .failure(.deferred(reason: why + "; Apple asked to wait \(retryAfter), longer than this run waits"))
-                }
-                let delay = max(retryAfter ?? .zero, policy.backoff.delay(afterAttempt: attempt))
-                logger.debug("appstore.retry", metadata: ["appstore.attempt": "\(attempt)", "appstore.reason": "\(why)", "appstore.delay": "\(delay)"])
-                do {
-                    try await Task.sleep(for: delay)
-                } catch {
-                    return .failure(.deferred(reason: "cancelled"))
-                }
+                shared.stormGate.record(transientFailure: true)
+                return .retry(reason: why, retryAfter: retryAfter)
+            case .stopped(let why):
+                return .done(.failure(.notSent(reason: why)))
+            case .body(let body):
+                shared.stormGate.record(transientFailure: false)
+                return .done(.body(body))
+            case .hop:
+                shared.stormGate.record(transientFailure: false)
+                return .done(.hop)
+            case .final(let failure):
+                shared.stormGate.record(transientFailure: false)
+                return .done(.failure(failure))
             }
         }
-        return .failure(.deferred(reason: "\(reason) (after \(policy.maximumAttempts) attempts)"))
+        switch ended {
+        case .done(let fetched): return fetched
+        case .waitTooLong(let reason), .exhausted(let reason): return .failure(.deferred(reason: reason))
+        case .cancelled: return .failure(.deferred(reason: "cancelled"))
+        }
     }
 
     private func exchange<Value>(

@@ -81,7 +81,7 @@ public final class VerifyReceiptClient: Sendable {
         }
         var environment = knownEnvironment ?? .production
 
-        for attempt in 1...policy.maximumAttempts {
+        let ended: AttemptsEnded<VerificationOutcome.Result> = await policy.attempts(logger: logger, logPrefix: "apple") { attempt in
             outcome.attempts = attempt
             var hopped = false
             var verdict: Verdict
@@ -102,42 +102,22 @@ public final class VerifyReceiptClient: Sendable {
             }
             switch verdict {
             case .verified(let response):
-                outcome.result = .verified(response)
                 outcome.environment = AppleEnvironment(appleName: response.environment) ?? environment
-                return outcome
-            case .final(let status, let reason):
-                outcome.result = .failed(status: status, reason: reason)
-                return outcome
-            case .retry(let reason, let retryAfter):
-                outcome.result = .deferred(reason: reason)
-                guard attempt < policy.maximumAttempts else { break }
-                if let retryAfter, retryAfter > policy.maximumRetryAfter {
-                    outcome.result = .deferred(reason: reason + "; Apple asked to wait \(retryAfter), longer than this run waits")
-                    return outcome
-                }
-                let delay = max(retryAfter ?? .zero, policy.backoff.delay(afterAttempt: attempt))
-                logger.debug("apple.retry", metadata: [
-                    "apple.attempt": "\(attempt)", "apple.reason": "\(reason)", "apple.delay": "\(delay)",
-                ])
-                do {
-                    try await Task.sleep(for: delay)
-                } catch {
-                    return outcome  // cancelled: leave it deferred for the next run
-                }
-            case .stopped(let reason):
-                outcome.result = .notSent(reason: reason)
-                return outcome
-            case .redirect:
-                preconditionFailure("redirects are resolved above")
+                return .done(.verified(response))
+            case .final(let status, let reason): return .done(.failed(status: status, reason: reason))
+            case .retry(let reason, let retryAfter): return .retry(reason: reason, retryAfter: retryAfter)
+            case .stopped(let reason): return .done(.notSent(reason: reason))
+            case .redirect: preconditionFailure("redirects are resolved above")
             }
         }
-        if case .deferred(let reason) = outcome.result {
-            if outcome.finalStatus == 0 {
-                // A partial answer that persists is a failure, never a verification with no purchases.
-                outcome.result = .failed(status: 0, reason: "\(reason) (after \(outcome.attempts) attempts)")
-            } else {
-                outcome.result = .deferred(reason: "\(reason) (after \(outcome.attempts) attempts)")
-            }
+        switch ended {
+        case .done(let result): outcome.result = result
+        case .waitTooLong(let reason): outcome.result = .deferred(reason: reason)
+        case .cancelled(let lastReason): outcome.result = .deferred(reason: lastReason)  // the next run tries again
+        case .exhausted(let reason) where outcome.finalStatus == 0:
+            // A partial answer that persists is a failure, never a verification with no purchases.
+            outcome.result = .failed(status: 0, reason: reason)
+        case .exhausted(let reason): outcome.result = .deferred(reason: reason)
         }
         return outcome
     }
