@@ -1,3 +1,4 @@
+import AppStoreModels
 import CivilCalendar
 import Foundation
 import Postgres
@@ -34,20 +35,7 @@ enum EntitlementJSON {
         func string(_ name: StaticString, _ value: String?) {
             key(name)
             guard let value else { return json.append(contentsOf: "null".utf8) }
-            json.append(UInt8(ascii: "\""))
-            for byte in value.utf8 {
-                switch byte {
-                case UInt8(ascii: "\""): json.append(contentsOf: "\\\"".utf8)
-                case UInt8(ascii: "\\"): json.append(contentsOf: "\\\\".utf8)
-                case 0..<0x20:
-                    let hex = Array("0123456789abcdef".utf8)
-                    json.append(contentsOf: "\\u00".utf8)
-                    json.append(hex[Int(byte >> 4)])
-                    json.append(hex[Int(byte & 0x0F)])
-                default: json.append(byte)
-                }
-            }
-            json.append(UInt8(ascii: "\""))
+            JSONString.append(value, to: &json)
         }
         func bool(_ name: StaticString, _ value: Bool?) {
             key(name)
