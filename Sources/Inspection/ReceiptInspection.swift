@@ -7,19 +7,12 @@ import Reconciliation
 /// string in it is whoever made the receipt: escaped in the table, exact in the JSON.
 public enum ReceiptInspection {
     public static func json(_ decoded: DecodedReceipt) -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .custom { date, encoder in
-            var container = encoder.singleValueContainer()
-            try container.encode(Timestamp.format(date))
-        }
-        let data: Data?
+        let document: [String: AnyEncodable]
         switch decoded {
-        case .appReceipt(let receipt): data = try? encoder.encode(["kind": AnyEncodable("app_receipt"), "receipt": AnyEncodable(receipt)])
-        case .legacyTransactionReceipt(let legacy):
-            data = try? encoder.encode(["kind": AnyEncodable("legacy_transaction_receipt"), "receipt": AnyEncodable(legacy)])
+        case .appReceipt(let receipt): document = ["kind": AnyEncodable("app_receipt"), "receipt": AnyEncodable(receipt)]
+        case .legacyTransactionReceipt(let legacy): document = ["kind": AnyEncodable("legacy_transaction_receipt"), "receipt": AnyEncodable(legacy)]
         }
-        return String(decoding: data ?? Data(), as: UTF8.self) + "\n"
+        return (try? ProgramJSON.pretty(document)) ?? "{}\n"
     }
 
     public static func table(_ decoded: DecodedReceipt) -> String {

@@ -10,6 +10,8 @@ public struct SignedDataInspection {
     public struct Part {
         public var name: String
         public var fields: [String: Any]
+        /// The same fields for `--json`, numbers and booleans told apart as Apple wrote them.
+        public var payload: SignedPayloadJSON
         public var checks: [SignedDataCheckResult]
     }
 
@@ -46,7 +48,8 @@ public struct SignedDataInspection {
 
     private static func part<Payload>(_ name: String, _ examination: SignedDataExamination<Payload>) -> Part {
         let fields = examination.payloadJSON.flatMap { try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] } ?? [:]
-        return Part(name: name, fields: fields, checks: examination.allResults)
+        let payload = examination.payloadJSON.flatMap { try? JSONDecoder().decode(SignedPayloadJSON.self, from: Data($0)) }
+        return Part(name: name, fields: fields, payload: payload.flatMap { $0.isObject ? $0 : nil } ?? .object([:]), checks: examination.allResults)
     }
 
     // MARK: Output
@@ -75,13 +78,25 @@ public struct SignedDataInspection {
     }
 
     public func json() -> String {
-        let parts = self.parts.map { part -> [String: Any] in
-            ["part": part.name, "fields": part.fields,
-             "checks": part.checks.map { ["name": $0.check.rawValue, "passed": $0.passed, "detail": $0.detail] }]
+        struct Check: Encodable {
+            let name: String
+            let passed: Bool
+            let detail: String
         }
-        let document: [String: Any] = ["passed": allPassed, "parts": parts]
-        let data = (try? JSONSerialization.data(withJSONObject: document, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])) ?? Data()
-        return String(decoding: data, as: UTF8.self) + "\n"
+        struct PartView: Encodable {
+            let part: String
+            let fields: SignedPayloadJSON
+            let checks: [Check]
+        }
+        struct Document: Encodable {
+            let passed: Bool
+            let parts: [PartView]
+        }
+        let document = Document(passed: allPassed, parts: parts.map { part in
+            PartView(part: part.name, fields: part.payload, checks: part.checks.map { Check(name: $0.check.rawValue, passed: $0.passed, detail: $0.detail) })
+        })
+        // Values decoded from JSON text are finite: encoding them again cannot fail.
+        return (try? ProgramJSON.pretty(document)) ?? "{}\n"
     }
 
     /// Nested objects (`data` of a notification) as dotted keys, sorted.

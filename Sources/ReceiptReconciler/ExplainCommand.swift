@@ -236,88 +236,9 @@ enum ExplainOutput {
         return out
     }
 
-    /// `--json`: the documented shape (docs/explain.md) written in one place, key by key, so the
-    /// table there and this code can be read side by side; hence its length.
+    /// `--json`: the documented shape (docs/explain.md), `ExplainDocument`.
     static func json(_ evidence: AccountEvidence, _ decisions: [ProductDecision], now: Date) -> String {
-        func time(_ date: Date?) -> Any { date.map { Timestamp.format($0) } ?? NSNull() }
-        func value(_ value: (some Any)?) -> Any { value.map { $0 as Any } ?? NSNull() }
-        func entitlement(_ entitlement: Entitlement?) -> Any {
-            guard let entitlement else { return NSNull() }
-            return [
-                "state": entitlement.state.rawValue, "entitled": entitlement.entitled, "expires_at": time(entitlement.expiresAt),
-                "grace_period_expires_at": time(entitlement.gracePeriodExpiresAt), "refunded_at": time(entitlement.refundedAt),
-                "original_transaction_id": entitlement.originalTransactionId, "latest_transaction_id": value(entitlement.latestTransactionId),
-                "auto_renew": value(entitlement.autoRenew), "auto_renew_product_id": value(entitlement.autoRenewProductId),
-                "environment": value(entitlement.environment), "ownership_type": value(entitlement.ownershipType),
-            ] as [String: Any]
-        }
-        func standing(_ standing: AccountStanding) -> [String: Any] {
-            switch standing {
-            case .verified: return ["state": "verified", "verified": true, "receipts_failing": [Int64](), "receipts_never_sent": [Int64]()]
-            case .noReceipts: return ["state": "no_receipts", "verified": false, "receipts_failing": [Int64](), "receipts_never_sent": [Int64]()]
-            case .unverified(let failing, let neverSent):
-                return ["state": "unverified", "verified": false, "receipts_failing": failing.map(\.id), "receipts_never_sent": neverSent.map(\.id)]
-            }
-        }
-        let object: [String: Any] = [
-            "account_id": evidence.accountId,
-            "as_of": Timestamp.format(now),
-            "standing": standing(AccountStanding(receipts: evidence.receipts)),
-            "decisions": decisions.map { decision in
-                [
-                    "product_id": decision.productId, "type": decision.type.rawValue, "type_from": decision.typeFrom,
-                    "verdict": ["access": decision.verdict.hasAccess, "text": decision.verdict.text] as [String: Any],
-                    "decided": entitlement(decision.decided), "stored": entitlement(decision.stored), "why": decision.why,
-                    "agrees": decision.nextRun == nil, "held_by_expiry_lag": decision.heldByExpiryLag,
-                    "next_run": decision.nextRun.map { ["kind": $0.kind.rawValue, "reason": $0.reason] as Any } ?? NSNull(),
-                ] as [String: Any]
-            },
-            "receipts": evidence.receipts.map { receipt in
-                [
-                    "id": receipt.id, "environment": value(receipt.environment), "last_status": value(receipt.lastStatus),
-                    "last_outcome": value(receipt.lastOutcome), "last_verified_at": time(receipt.lastVerifiedAt),
-                    "next_attempt_at": time(receipt.nextAttemptAt), "failed_runs": receipt.attempts,
-                    "last_failure": receipt.lastFailure.map { failure in
-                        ["reason": failure.reason, "attempts": failure.attempts, "endpoints": failure.endpoints] as [String: Any]
-                    } ?? NSNull(),
-                    "local_bundle_id": value(receipt.localBundleId), "local_original_transaction_ids": value(receipt.localOriginalTransactionIds),
-                ] as [String: Any]
-            },
-            "ledger": evidence.ledger.map { row in
-                let transaction = row.transaction
-                return [
-                    "transaction_id": transaction.transactionId, "original_transaction_id": value(transaction.originalTransactionId),
-                    "product_id": transaction.productId, "purchase_date": time(transaction.purchaseDate),
-                    "expires_date": time(transaction.expiresDate), "cancellation_date": time(transaction.cancellationDate),
-                    "cancellation_reason": value(transaction.cancellationReason), "is_upgraded": value(transaction.isUpgraded),
-                    "ownership_type": value(transaction.inAppOwnershipType), "environment": row.environment.rawValue, "source": row.source,
-                ] as [String: Any]
-            },
-            "renewals": evidence.renewals.map { renewal in
-                [
-                    "original_transaction_id": value(renewal.info.originalTransactionId), "product_id": value(renewal.info.productId),
-                    "auto_renew_status": value(renewal.info.autoRenewStatus), "auto_renew_product_id": value(renewal.info.autoRenewProductId),
-                    "is_in_billing_retry_period": value(renewal.info.isInBillingRetryPeriod),
-                    "grace_period_expires_date": time(renewal.info.gracePeriodExpiresDate),
-                    "expiration_intent": value(renewal.info.expirationIntent), "environment": renewal.environment.rawValue,
-                ] as [String: Any]
-            },
-            "corrections": evidence.corrections.map { correction in
-                [
-                    "run_id": correction.runId, "run_started_at": time(correction.runStartedAt), "product_id": correction.productId,
-                    "kind": correction.kind.rawValue, "status": correction.status.rawValue, "applied_at": time(correction.appliedAt), "reason": correction.reason,
-                ] as [String: Any]
-            },
-            "quarantine": evidence.quarantine.map { ["since": time($0.since), "reason": $0.reason] as [String: Any] } ?? NSNull(),
-            "quarantined_notification_ids": evidence.quarantinedNotificationIds,
-            "notifications": evidence.notifications.map { notification in
-                [
-                    "id": notification.id, "received_at": time(notification.receivedAt), "type": notification.type,
-                    "outcome": value(notification.outcome), "processed_at": time(notification.processedAt), "reason": value(notification.reason),
-                ] as [String: Any]
-            },
-        ]
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])) ?? Data()
-        return String(decoding: data, as: UTF8.self) + "\n"
+        // Plain values and arrays of them: encoding cannot fail.
+        (try? ProgramJSON.pretty(ExplainDocument(evidence, decisions, now: now))) ?? "{}\n"
     }
 }

@@ -30,8 +30,7 @@ struct StandardErrorLogHandler: LogHandler {
         case .json:
             var object: [String: String] = ["time": time, "level": "\(event.level)", "message": "\(event.message)"]
             for (key, value) in merged { object[key] = "\(value)" }
-            let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
-            line = String(decoding: data, as: UTF8.self) + "\n"
+            line = ((try? ProgramJSON.line(object)) ?? "{}") + "\n"
         }
         FileHandle.standardError.write(Data(line.utf8))
     }

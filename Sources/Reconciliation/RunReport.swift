@@ -14,13 +14,7 @@ public enum RunReport {
     /// `summary.json`: every count of the summary, with the accounts by outcome and the blind
     /// spots beside them, in one encoding pass.
     public static func json(_ summary: RunSummary) throws -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .custom { date, encoder in
-            var container = encoder.singleValueContainer()
-            try container.encode(Timestamp.format(date))
-        }
-        return String(decoding: try encoder.encode(SummaryDocument(summary: summary)), as: UTF8.self) + "\n"
+        try ProgramJSON.pretty(SummaryDocument(summary: summary))
     }
 
     /// The summary's own keys, and two more.
