@@ -141,19 +141,26 @@ public struct JWSRenewalInfo: SignedPayload, Equatable {
     public var originalTransactionId: String?
     public var productId: String?
     public var autoRenewProductId: String?
-    /// 1 on, 0 off.
-    public var autoRenewStatus: Int?
-    /// 1 cancelled by the customer, 2 billing error, 3 price increase declined, 4 product unavailable, 5 other.
-    public var expirationIntent: Int?
+    /// `autoRenewStatus` as signed: 1 on, 0 off.
+    public var rawAutoRenewStatus: Int?
+    /// `expirationIntent` as signed (`ExpirationIntent`).
+    public var rawExpirationIntent: Int?
     public var gracePeriodExpiresDate: Date?
     public var isInBillingRetryPeriod: Bool?
-    public var priceIncreaseStatus: Int?
+    /// `priceIncreaseStatus` as signed (`PriceIncreaseStatus`).
+    public var rawPriceIncreaseStatus: Int?
     public var renewalDate: Date?
     public var recentSubscriptionStartDate: Date?
     public var signedDate: Date?
-    public var environment: String?
+    /// `environment` as signed: `Production`, `Sandbox`.
+    public var rawEnvironment: String?
 
-    public var claims: SignedClaims { SignedClaims(signedDate: signedDate, environment: environment) }
+    public var autoRenewStatus: AutoRenewStatus? { rawAutoRenewStatus.flatMap(AutoRenewStatus.init(rawValue:)) }
+    public var expirationIntent: ExpirationIntent? { rawExpirationIntent.flatMap(ExpirationIntent.init(rawValue:)) }
+    public var priceIncreaseStatus: PriceIncreaseStatus? { rawPriceIncreaseStatus.flatMap(PriceIncreaseStatus.init(rawValue:)) }
+    public var environment: AppleEnvironment? { rawEnvironment.flatMap(AppleEnvironment.init(rawValue:)) }
+
+    public var claims: SignedClaims { SignedClaims(signedDate: signedDate, environment: rawEnvironment) }
     public static var carriesBundleId: Bool { false }
 
     public init(json: [UInt8]) throws {
@@ -162,24 +169,25 @@ public struct JWSRenewalInfo: SignedPayload, Equatable {
         originalTransactionId = try fields.string("originalTransactionId")
         productId = try fields.string("productId")
         autoRenewProductId = try fields.string("autoRenewProductId")
-        autoRenewStatus = try fields.int("autoRenewStatus")
-        expirationIntent = try fields.int("expirationIntent")
+        rawAutoRenewStatus = try fields.int("autoRenewStatus")
+        rawExpirationIntent = try fields.int("expirationIntent")
         gracePeriodExpiresDate = try fields.date("gracePeriodExpiresDate")
         isInBillingRetryPeriod = try fields.bool("isInBillingRetryPeriod")
-        priceIncreaseStatus = try fields.int("priceIncreaseStatus")
+        rawPriceIncreaseStatus = try fields.int("priceIncreaseStatus")
         renewalDate = try fields.date("renewalDate")
         recentSubscriptionStartDate = try fields.date("recentSubscriptionStartDate")
         signedDate = try fields.date("signedDate")
-        environment = try fields.string("environment")
+        rawEnvironment = try fields.string("environment")
     }
 }
 
 /// `ResponseBodyV2DecodedPayload`: an App Store Server Notification V2. Its transaction and
 /// renewal info are JWS of their own, verified separately.
 public struct NotificationV2Payload: SignedPayload, Equatable {
-    /// `SUBSCRIBED`, `DID_RENEW`, `EXPIRED`, `REFUND`, `REVOKE`, `REFUND_REVERSED`, `TEST`, ...
-    public var notificationType: String
-    public var subtype: String?
+    /// `notificationType` as signed: `SUBSCRIBED`, `DID_RENEW`, `REFUND`, `TEST`, ... (`NotificationTypeV2`).
+    public var rawNotificationType: String
+    /// `subtype` as signed (`NotificationSubtype`).
+    public var rawSubtype: String?
     public var notificationUUID: String?
     public var version: String?
     /// Missing in some real notifications (2022): the signed transaction's is used then.
@@ -187,14 +195,20 @@ public struct NotificationV2Payload: SignedPayload, Equatable {
     public var appAppleId: Int64?
     public var bundleId: String?
     public var bundleVersion: String?
-    public var environment: String?
+    /// `data.environment` as signed.
+    public var rawEnvironment: String?
     public var signedTransactionInfo: String?
     public var signedRenewalInfo: String?
-    /// The subscription's status (1 active ... 5 revoked), where Apple gives it.
-    public var status: Int?
+    /// `data.status` as signed: the subscription's status (1 active ... 5 revoked), where Apple gives it.
+    public var rawStatus: Int?
+
+    public var notificationType: NotificationTypeV2? { NotificationTypeV2(rawValue: rawNotificationType) }
+    public var subtype: NotificationSubtype? { rawSubtype.flatMap(NotificationSubtype.init(rawValue:)) }
+    public var environment: AppleEnvironment? { rawEnvironment.flatMap(AppleEnvironment.init(rawValue:)) }
+    public var status: SubscriptionStatus? { rawStatus.flatMap(SubscriptionStatus.init(rawValue:)) }
 
     public var claims: SignedClaims {
-        SignedClaims(signedDate: signedDate, bundleId: bundleId, appAppleId: appAppleId, environment: environment)
+        SignedClaims(signedDate: signedDate, bundleId: bundleId, appAppleId: appAppleId, environment: rawEnvironment)
     }
     public static var carriesAppAppleId: Bool { true }
 
@@ -202,18 +216,18 @@ public struct NotificationV2Payload: SignedPayload, Equatable {
         var fields = SignedFields(nested: "data")
         try fields.read(json)
         guard let type = try fields.string("notificationType") else { throw SignedFields.missing("notificationType") }
-        notificationType = type
-        subtype = try fields.string("subtype")
+        rawNotificationType = type
+        rawSubtype = try fields.string("subtype")
         notificationUUID = try fields.string("notificationUUID")
         version = try fields.string("version")
         signedDate = try fields.date("signedDate")
         appAppleId = try fields.int64("data.appAppleId")
         bundleId = try fields.string("data.bundleId")
         bundleVersion = try fields.string("data.bundleVersion")
-        environment = try fields.string("data.environment")
+        rawEnvironment = try fields.string("data.environment")
         signedTransactionInfo = try fields.string("data.signedTransactionInfo")
         signedRenewalInfo = try fields.string("data.signedRenewalInfo")
-        status = try fields.int("data.status")
+        rawStatus = try fields.int("data.status")
     }
 }
 

@@ -119,15 +119,15 @@ struct NotificationProcessor: Sendable {
             return Processed(type: "(unverified)", label: "v2 (unverified)", outcome: .rejected, reason: error.reason)
         }
         let payload = verified.payload
-        let type = payload.notificationType
-        let label = "v2 " + type + (payload.subtype.map { "/" + $0 } ?? "")
+        let type = payload.rawNotificationType  // counted and logged as Apple wrote it, a type added later included
+        let label = "v2 " + type + (payload.rawSubtype.map { "/" + $0 } ?? "")
         if let uuid = payload.notificationUUID, try await tx.wasProcessedBefore(notificationUUID: uuid) {
             try await tx.record(.duplicate)
             return Processed(type: type, label: label, outcome: .duplicate)
         }
         let ids = [verified.transaction.map { $0.originalTransactionId ?? $0.transactionId }, verified.renewalInfo?.originalTransactionId]
             .compactMap { $0 }
-        guard type != "TEST", !ids.isEmpty else {
+        guard payload.notificationType != .test, !ids.isEmpty else {
             try await tx.record(.recorded)
             return Processed(type: type, label: label, outcome: .recorded)
         }
@@ -135,12 +135,12 @@ struct NotificationProcessor: Sendable {
             return Processed(type: type, label: label, outcome: .unmatched)
         }
         if let transaction = verified.transaction {
-            let environment = AppleEnvironment(appleName: transaction.rawEnvironment ?? payload.environment) ?? .production
+            let environment = AppleEnvironment(appleName: transaction.rawEnvironment ?? payload.rawEnvironment) ?? .production
             try await tx.upsertLedger([LedgerEntry(
                 accountId: account, transaction: transaction.ledgerTransaction, environment: environment, source: .notificationV2,
                 price: transaction.signedPrice)])
             // Only Apple's signed word clears a refund: a reversal whose transaction no longer carries one.
-            if type == "REFUND_REVERSED" && transaction.revocationDate == nil {
+            if payload.notificationType == .refundReversed && transaction.revocationDate == nil {
                 try await tx.clearRevocation(transactionId: transaction.transactionId, source: .notificationV2)
             }
         }

@@ -85,12 +85,14 @@ extension JWSTransaction {
 }
 
 extension JWSRenewalInfo {
-    /// The renewal info in the rules' terms (verifyReceipt's `pending_renewal_info`).
+    /// The renewal info in the rules' terms (verifyReceipt's `pending_renewal_info`). The codes
+    /// pass as signed, as verifyReceipt's do: the ledger keeps a code Apple adds later, and only
+    /// 1 turns auto-renew on.
     public var pendingRenewalInfo: PendingRenewalInfo {
         PendingRenewalInfo(
             originalTransactionId: originalTransactionId, productId: productId, autoRenewProductId: autoRenewProductId,
-            autoRenewStatus: autoRenewStatus.map { $0 == 1 }, expirationIntent: expirationIntent,
+            autoRenewStatus: rawAutoRenewStatus.map { $0 == AutoRenewStatus.on.rawValue }, expirationIntent: rawExpirationIntent,
             gracePeriodExpiresDate: gracePeriodExpiresDate, isInBillingRetryPeriod: isInBillingRetryPeriod,
-            priceConsentStatus: priceIncreaseStatus)
+            priceConsentStatus: rawPriceIncreaseStatus)
     }
 }

@@ -88,7 +88,7 @@ public final class SignedDataVerifier: Sendable {
             payload.signedDate == nil ? Self.signedDate(ofTransaction: payload.signedTransactionInfo) : nil
         }
         // The inner payloads must come from the environment the notification names.
-        let environment: ExpectedEnvironment = AppleEnvironment(appleName: notification.payload?.environment).map { .host($0) } ?? .either
+        let environment: ExpectedEnvironment = AppleEnvironment(appleName: notification.payload?.rawEnvironment).map { .host($0) } ?? .either
         var transaction: SignedDataExamination<JWSTransaction>?
         var renewalInfo: SignedDataExamination<JWSRenewalInfo>?
         if let signed = notification.payload?.signedTransactionInfo {

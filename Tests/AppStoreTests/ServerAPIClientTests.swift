@@ -199,7 +199,7 @@ import Throttling
         let transaction = try await verifier.verify(try #require(last.signedTransactionInfo), as: JWSTransaction.self, environment: .host(.production))
         #expect(transaction.transactionId == "2000000000000001002")
         let renewal = try await verifier.verify(try #require(last.signedRenewalInfo), as: JWSRenewalInfo.self, environment: .host(.production))
-        #expect(renewal.autoRenewStatus == 0 && renewal.expirationIntent == 1)
+        #expect(renewal.autoRenewStatus == .off && renewal.expirationIntent == .customerCancelled)
     }
 
     // MARK: The token

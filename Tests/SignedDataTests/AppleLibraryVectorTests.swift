@@ -18,10 +18,10 @@ import TestSupport
 
     @Test func testNotification() async throws {
         let verified = try await Self.verifier().verifyNotification(signedPayload: Self.vector("testNotification"))
-        #expect(verified.payload.notificationType == "TEST")
+        #expect(verified.payload.notificationType == .test)
         #expect(verified.payload.notificationUUID == "9ad56bd2-0bc6-42e0-af24-fd996d87a1e6")
         #expect(verified.payload.appAppleId == 1234 && verified.payload.bundleId == "com.example")
-        #expect(verified.payload.environment == "Sandbox")
+        #expect(verified.payload.environment == .sandbox)
         #expect(verified.payload.signedDate == Date(ms: 1681314324000))
     }
 
@@ -38,7 +38,7 @@ import TestSupport
 
     @Test func renewalInfo() async throws {
         let renewal = try await Self.verifier().verify(Self.vector("renewalInfo"), as: JWSRenewalInfo.self, environment: .host(.sandbox))
-        #expect(renewal.environment == "Sandbox" && renewal.signedDate == Date(ms: 1672956154000))
+        #expect(renewal.environment == .sandbox && renewal.signedDate == Date(ms: 1672956154000))
     }
 
     @Test func wrongBundleId() async throws {

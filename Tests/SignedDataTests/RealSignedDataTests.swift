@@ -36,11 +36,11 @@ import TestSupport
 
     @Test func testNotificationOf2022() async throws {
         let verified = try await Self.verifier().verifyNotification(signedPayload: Self.signedPayload(ofBody: "real/aporat-test-notification-signed-payload-TEST-sandbox.json"))
-        #expect(verified.payload.notificationType == "TEST")
+        #expect(verified.payload.notificationType == .test)
         #expect(verified.payload.subtype == nil)
         #expect(verified.payload.notificationUUID == "5e09dcfc-205e-4ea1-9883-96676f394992")
         #expect(verified.payload.bundleId == "com.Abilities")
-        #expect(verified.payload.environment == "Sandbox")
+        #expect(verified.payload.environment == .sandbox)
         #expect(verified.payload.version == "2.0")
         #expect(verified.payload.signedDate == Date(ms: 1662122492884))
         #expect(verified.transaction == nil && verified.renewalInfo == nil)
@@ -49,7 +49,7 @@ import TestSupport
     /// No top-level signedDate: checked at its transaction's.
     @Test func didRenewWithoutSignedDate() async throws {
         let verified = try await Self.verifier().verifyNotification(signedPayload: Self.signedPayload(ofBody: "real/gopay-notificationV2Body-DID_RENEW-sandbox.json"))
-        #expect(verified.payload.notificationType == "DID_RENEW")
+        #expect(verified.payload.notificationType == .didRenew)
         #expect(verified.payload.notificationUUID == "469bf30e-7715-4f9f-aae3-a7bfc12aea77")
         #expect(verified.payload.signedDate == nil)
         #expect(verified.payload.bundleVersion == "7")
@@ -70,17 +70,17 @@ import TestSupport
         let renewal = try #require(verified.renewalInfo)
         #expect(renewal.originalTransactionId == "2000000000842607")
         #expect(renewal.autoRenewProductId == "com.audaos.audarecorder.vip.m2")
-        #expect(renewal.autoRenewStatus == 1)
+        #expect(renewal.autoRenewStatus == .on)
         #expect(renewal.signedDate == Date(ms: 1646387008228))
     }
 
     @Test func productionConsumptionRequest() async throws {
         let signed = try Self.text("real/gopay-signedPayload-CONSUMPTION_REQUEST-production.jws")
         let verified = try await Self.verifier().verifyNotification(signedPayload: signed)
-        #expect(verified.payload.notificationType == "CONSUMPTION_REQUEST")
+        #expect(verified.payload.notificationType == .consumptionRequest)
         #expect(verified.payload.notificationUUID == "cbff6987-b8d9-43d8-b1dc-07fa8c9fd945")
         #expect(verified.payload.appAppleId == 1601830814)
-        #expect(verified.payload.environment == "Production")
+        #expect(verified.payload.environment == .production)
         #expect(verified.payload.signedDate == Date(ms: 1687941512560))
         let transaction = try #require(verified.transaction)
         #expect(transaction.transactionId == "510001261072921" && transaction.originalTransactionId == "510001261072921")
@@ -137,8 +137,8 @@ import TestSupport
         #expect(transaction.expiresDate == Date(ms: 1667391504000))
         let renewal = try await verifier.verify(
             Self.text("real/gopay-statuses-signedRenewalInfo-EXPIRED-sandbox.jws"), as: JWSRenewalInfo.self, environment: .host(.sandbox))
-        #expect(renewal.expirationIntent == 1)
-        #expect(renewal.autoRenewStatus == 0)
+        #expect(renewal.expirationIntent == .customerCancelled)
+        #expect(renewal.autoRenewStatus == .off)
         #expect(renewal.isInBillingRetryPeriod == false)
         #expect(renewal.originalTransactionId == "2000000184445477")
         #expect(renewal.recentSubscriptionStartDate == Date(ms: 1667369895000))
@@ -164,7 +164,7 @@ import TestSupport
             Self.text("real/goiap-signedRenewalInfo-sandbox.jws"), as: JWSRenewalInfo.self, environment: .host(.sandbox))
         #expect(renewal.originalTransactionId == "2000000335310644")
         #expect(renewal.autoRenewProductId == "co.ringalarm.swtich.quarterly2" && renewal.productId == "co.ringalarm.swtich.quarterly2")
-        #expect(renewal.autoRenewStatus == 1)
+        #expect(renewal.autoRenewStatus == .on)
         #expect(renewal.recentSubscriptionStartDate == Date(ms: 1684822738000))
         #expect(renewal.signedDate == Date(ms: 1684822778492))
     }
@@ -202,7 +202,7 @@ import TestSupport
         #expect(transaction.purchaseDate == Date(ms: 1636462359000) && transaction.expiresDate == Date(ms: 1636462659000))
         #expect(transaction.signedDate == Date(ms: 1636464323732))
         #expect(renewal.originalTransactionId == "1000000906235058")
-        #expect(renewal.expirationIntent == 1 && renewal.autoRenewStatus == 0 && renewal.isInBillingRetryPeriod == false)
+        #expect(renewal.expirationIntent == .customerCancelled && renewal.autoRenewStatus == .off && renewal.isInBillingRetryPeriod == false)
     }
 
     /// Sandbox data must not pass for production data.

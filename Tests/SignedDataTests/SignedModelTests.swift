@@ -35,20 +35,20 @@ import TestSupport
 
     @Test func renewalInfoWithEveryField() throws {
         let renewal = try JWSRenewalInfo(json: Self.model("signedRenewalInfo.json"))
-        #expect(renewal.expirationIntent == 1 && renewal.originalTransactionId == "12345")
+        #expect(renewal.expirationIntent == .customerCancelled && renewal.originalTransactionId == "12345")
         #expect(renewal.autoRenewProductId == "com.example.product.2" && renewal.productId == "com.example.product")
-        #expect(renewal.autoRenewStatus == 1 && renewal.isInBillingRetryPeriod == true && renewal.priceIncreaseStatus == 0)
+        #expect(renewal.autoRenewStatus == .on && renewal.isInBillingRetryPeriod == true && renewal.priceIncreaseStatus == .customerHasNotResponded)
         #expect(renewal.gracePeriodExpiresDate == Date(ms: 1698148900000) && renewal.signedDate == Date(ms: 1698148800000))
-        #expect(renewal.environment == "LocalTesting" && renewal.recentSubscriptionStartDate == Date(ms: 1698148800000))
+        #expect(renewal.rawEnvironment == "LocalTesting" && renewal.environment == nil && renewal.recentSubscriptionStartDate == Date(ms: 1698148800000))
         #expect(renewal.renewalDate == Date(ms: 1698148850000))
     }
 
     @Test func notificationPayload() throws {
         let notification = try NotificationV2Payload(json: Self.model("signedNotification.json"))
-        #expect(notification.notificationType == "SUBSCRIBED" && notification.subtype == "INITIAL_BUY")
+        #expect(notification.notificationType == .subscribed && notification.subtype == .initialBuy && notification.rawSubtype == "INITIAL_BUY")
         #expect(notification.notificationUUID == "002e14d5-51f5-4503-b5a8-c3a1af68eb20")
-        #expect(notification.environment == "LocalTesting" && notification.appAppleId == 41234 && notification.bundleId == "com.example")
-        #expect(notification.bundleVersion == "1.2.3" && notification.status == 1)
+        #expect(notification.rawEnvironment == "LocalTesting" && notification.environment == nil && notification.appAppleId == 41234 && notification.bundleId == "com.example")
+        #expect(notification.bundleVersion == "1.2.3" && notification.status == .active)
         #expect(notification.signedTransactionInfo == "signed_transaction_info_value")
         #expect(notification.signedRenewalInfo == "signed_renewal_info_value")
         #expect(notification.version == "2.0" && notification.signedDate == Date(ms: 1698148900000))

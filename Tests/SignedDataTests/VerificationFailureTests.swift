@@ -45,7 +45,7 @@ import Testing
 
     @Test func aWellSignedNotificationVerifies() async throws {
         let verified = try await Self.verifier().verifyNotification(signedPayload: Self.notification())
-        #expect(verified.payload.notificationType == "REFUND")
+        #expect(verified.payload.notificationType == .refund)
         #expect(verified.transaction?.price == 990 && verified.transaction?.currency == "EUR")
         #expect(verified.transaction?.bundleId == "com.example.app" && verified.transaction?.environment == .sandbox)
     }
