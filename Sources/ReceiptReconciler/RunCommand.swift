@@ -157,8 +157,8 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     let stopSignals = StopSignals.stream()
     raiseOpenFileLimit()
     let connectionString = try database.connectionString()
-    let secret = try common.sharedSecret()
-    let endpoints = try common.endpoints()
+    let secret = try common.traffic.sharedSecret()
+    let endpoints = try common.traffic.endpoints()
     // The Server API's configuration is checked before anything connects.
     let serverAPIConfiguration = options.sources.asksServerAPI
         ? (try common.appStoreConnect.credentials(bundleIds: common.app.configuredBundleIds()), try common.appStoreConnect.endpoints())

@@ -1,0 +1,30 @@
+import ArgumentParser
+import CommandLineValues
+import Jobs
+import Reconciliation
+
+/// What may be changed, and what stops the run from changing too much (contract section 6).
+struct SafetyOptions: ParsableArguments {
+    @Flag(help: "Plan and report without changing any entitlement, receipt or ledger row.")
+    var dryRun = false
+
+    @Option(help: "Whether sandbox purchases grant entitlements: allow (App Review uses them) or deny.")
+    var sandbox = RunOptions.defaults.sandboxPolicy
+
+    @Option(help: "Do not revoke for an expiry that passed less than this long ago (Apple's renewal can show up late).")
+    var expiryLag = TimeLength(RunOptions.defaults.expiryLag)
+
+    @Option(help: "Apply nothing (exit 3) when more than this share of the run's accounts would lose an entitlement (over at least 100 accounts).")
+    var maxRevokeRatio = RunOptions.defaults.maximumRevokeRatio
+
+    func validate() throws {
+        guard (0...1).contains(maxRevokeRatio) else { throw ValidationError("--max-revoke-ratio must be between 0 and 1") }
+    }
+
+    func apply(to options: inout RunOptions) {
+        options.isDryRun = dryRun
+        options.sandboxPolicy = sandbox
+        options.expiryLag = expiryLag.duration
+        options.maximumRevokeRatio = maxRevokeRatio
+    }
+}
