@@ -72,6 +72,18 @@ final class ConnectionHandle: @unchecked Sendable {
         PQbackendPID(try usableConnection())
     }
 
+    /// Reads what the server sent since the last statement, then takes every notification out.
+    func notifications() throws(PostgresError) -> [PostgresNotification] {
+        let connection = try usableConnection()
+        guard PQconsumeInput(connection) == 1 else { throw lostOrFailed(connection, phase: .execute) }
+        var received: [PostgresNotification] = []
+        while let notice = PQnotifies(connection) {
+            received.append(PostgresNotification(channel: String(cString: notice.pointee.relname), payload: String(cString: notice.pointee.extra)))
+            PQfreemem(notice)
+        }
+        return received
+    }
+
     func execute(_ query: PostgresQuery) throws(PostgresError) -> StatementResult {
         try run(query.sql, binds: query.binds)
     }

@@ -91,6 +91,12 @@ public final class PostgresConnection: Sendable {
         try await onThread { handle in try handle.backendProcessID() }
     }
 
+    /// The notifications of channels this session `LISTEN`s to, received so far, in the order the
+    /// transactions that sent them committed; each is returned once.
+    public func notifications() async throws(PostgresError) -> [PostgresNotification] {
+        try await onThread { handle in try handle.notifications() }
+    }
+
     func onThread<Result: Sendable>(
         _ body: @escaping @Sendable (ConnectionHandle) throws -> Result
     ) async throws(PostgresError) -> Result {
@@ -130,4 +136,15 @@ public final class PostgresConnection: Sendable {
 struct StatementResult: Sendable {
     var rows: [PostgresRow] = []
     var affectedRows = 0
+}
+
+/// A `NOTIFY` received on a channel the session listens to.
+public struct PostgresNotification: Sendable, Equatable {
+    public var channel: String
+    public var payload: String
+
+    public init(channel: String, payload: String) {
+        self.channel = channel
+        self.payload = payload
+    }
 }

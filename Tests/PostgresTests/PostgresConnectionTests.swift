@@ -20,6 +20,35 @@ import TestSupport
         #expect(throws: PostgresError.self) { try rows[0].decode("no_such_column", as: String.self) }
     }
 
+    /// NOTIFY as a listener sees it: nothing before the sender commits, nothing of a rolled-back
+    /// transaction, each payload once, in commit order.
+    @Test func aListenerReceivesCommittedNotificationsOnceInCommitOrder() async throws {
+        let channel = "rr_test_\(UInt32.random(in: 0...UInt32.max))"
+        let listener = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        let sender = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        try await listener.execute("LISTEN \(unescaped: channel)")
+        try await sender.execute("BEGIN")
+        try await sender.execute("SELECT pg_notify(\(channel), 'first')")
+        _ = try await listener.query("SELECT 1")
+        #expect(try await listener.notifications().isEmpty)  // not committed yet
+        try await sender.execute("COMMIT")
+        try await sender.withTransaction { tx in try await tx.execute("SELECT pg_notify(\(channel), 'second')") }
+        do {
+            try await sender.withTransaction { tx in
+                try await tx.execute("SELECT pg_notify(\(channel), 'rolled back')")
+                throw CancellationError()
+            }
+        } catch is CancellationError {}
+        _ = try await listener.query("SELECT 1")
+        #expect(try await listener.notifications() == [
+            PostgresNotification(channel: channel, payload: "first"), PostgresNotification(channel: channel, payload: "second"),
+        ])
+        _ = try await listener.query("SELECT 1")
+        #expect(try await listener.notifications().isEmpty)
+        await listener.close()
+        await sender.close()
+    }
+
     @Test func serverErrorsCarrySQLStateButNoBindValues() async throws {
         let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
         let secret = "s3cr3t-bind-value"
