@@ -11,7 +11,7 @@ public struct SignedDataInspection {
         public var name: String
         public var fields: [String: Any]
         /// The same fields for `--json`, numbers and booleans told apart as Apple wrote them.
-        public var payload: SignedPayloadJSON
+        public var payload: JSONValue
         public var checks: [SignedDataCheckResult]
     }
 
@@ -48,7 +48,7 @@ public struct SignedDataInspection {
 
     private static func part<Payload>(_ name: String, _ examination: SignedDataExamination<Payload>) -> Part {
         let fields = examination.payloadJSON.flatMap { try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] } ?? [:]
-        let payload = examination.payloadJSON.flatMap { try? JSONDecoder().decode(SignedPayloadJSON.self, from: Data($0)) }
+        let payload = examination.payloadJSON.flatMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0)) }
         return Part(name: name, fields: fields, payload: payload.flatMap { $0.isObject ? $0 : nil } ?? .object([:]), checks: examination.allResults)
     }
 
@@ -85,7 +85,7 @@ public struct SignedDataInspection {
         }
         struct PartView: Encodable {
             let part: String
-            let fields: SignedPayloadJSON
+            let fields: JSONValue
             let checks: [Check]
         }
         struct Document: Encodable {

@@ -13,20 +13,24 @@ extension ReconciliationStore {
         public var superseded = 0
         /// The id to continue after; nil when nothing was left.
         public var lastId: Int64?
+        /// What was sent on `CorrectionsEvent.channel` at the commit; nil when nothing was applied.
+        public var event: CorrectionsEvent?
     }
 
     /// Applies up to `limit` planned corrections of `runId` after `afterId`, in one transaction:
     /// each entitlement change lands together with its correction's `applied_at`. A correction
     /// whose entitlement changed since it was planned (its `before` no longer matches the row)
     /// is marked `superseded` instead: the app server's newer write wins, and the next run decides.
-    /// Its length is SQL: the four statements of one transaction, read in order.
+    /// The applied ones are numbered in commit order (`applied_seq`) and announced with NOTIFY,
+    /// which PostgreSQL delivers at the commit, and only then.
+    /// Its length is SQL: the statements of one transaction, read in order.
     public func applyPlanned(runId: Int64, afterId: Int64, limit: Int, now: Date) async throws -> ApplyResult {
         try await connection.withTransaction { connection in
             // `before` comes back as the entitlement row it describes (PostgreSQL reads the JSON), so
             // comparing it with the stored row needs no JSON decoding here.
             let planned = try await connection.query("""
                 SELECT c.id AS correction_id, c.account_id AS correction_account_id, c.product_id AS correction_product_id,
-                       c.before IS NOT NULL AS has_before, c.after::text AS after, b.*
+                       c.kind AS correction_kind, c.before IS NOT NULL AS has_before, c.after::text AS after, b.*
                 FROM iap.corrections c LEFT JOIN LATERAL jsonb_populate_record(NULL::iap.entitlements, c.before) AS b ON true
                 WHERE c.run_id = \(runId) AND c.status = 'planned' AND c.id > \(afterId)
                 ORDER BY c.id LIMIT \(limit) FOR UPDATE OF c
@@ -106,10 +110,21 @@ extension ReconciliationStore {
                 applied += updates.map(\.id)
             }
             if !applied.isEmpty {
-                try await connection.execute("""
-                    UPDATE iap.corrections SET status = 'applied', applied_at = \(now)
-                    WHERE id = ANY(\(PostgresArray(applied))::bigint[])
+                // Numbered under the outbox lock, held to the commit: see RunLock.outboxKey.
+                try await connection.execute("SELECT pg_advisory_xact_lock(\(RunLock.outboxKey))")
+                let numbered = try await connection.query("""
+                    UPDATE iap.corrections AS c SET status = 'applied', applied_at = \(now), applied_seq = o.seq
+                    FROM (SELECT id, nextval('iap.corrections_applied_seq') AS seq
+                          FROM (SELECT unnest(\(PostgresArray(applied))::bigint[]) AS id ORDER BY 1) AS ids) AS o
+                    WHERE c.id = o.id
+                    RETURNING c.id, c.applied_seq, c.kind
                     """)
+                if let event = CorrectionsEvent(runId: runId, applied: try numbered.map {
+                    (id: try $0.decode("id"), seq: try $0.decode("applied_seq"), kind: try $0.decode("kind"))
+                }) {
+                    try await connection.execute("SELECT pg_notify(\(CorrectionsEvent.channel), \(try ProgramJSON.line(event)))")
+                    result.event = event
+                }
             }
             if !superseded.isEmpty {
                 try await connection.execute("""

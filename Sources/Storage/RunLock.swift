@@ -11,6 +11,10 @@ public enum RunLock {
     static let runKey: Int64 = 0x7272_7275_6E00  // "rrrun"
     /// Layout N's key is `layoutClass << 32 | N`, so pg_locks shows it as (classid, objid) = (layoutClass, N).
     static let layoutClass: Int64 = 0x7272_6C79  // "rrly"
+    /// Taken per transaction by every batch that applies corrections, from the moment it numbers
+    /// them (`applied_seq`) until it commits: the numbers are then in commit order across shard
+    /// workers, which is what a consumer's cursor needs (Migrations/0019).
+    static let outboxKey: Int64 = 0x7272_6F75_7462  // "rroutb"
 
     /// The advisory keys a run of this shard holds.
     static func keys(shard: Shard?) -> [Int64] {

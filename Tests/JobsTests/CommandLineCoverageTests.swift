@@ -12,6 +12,7 @@ import TestSupport
 @Suite struct CommandLineCoverageTests {
     static let coverage: [String: [String]] = [
         "--account": ["backfillSelectsWhatItsOptionsName"],
+        "--after": ["aDryRunAndAnAbortedRunSayNothingAndTheTextLayoutEscapes"],
         "--all": ["sandboxDenyGrantsNothingFromASandboxReceipt", "theServerAPIReachesVerifyReceiptsEntitlementsOverTheDemoWorld"],
         "--app-apple-id": ["aNotificationThatKillsThreeRunsInARowIsQuarantinedByTheFourth"],
         "--apple-production-url": ["theAppleURLFlagsWinOverTheVariables"],
@@ -27,7 +28,9 @@ import TestSupport
         "--from": ["theFinanceCSVNeverCarriesAFormulaUnlessAskedForRawCells", "exportFinanceWritesItsFileAndLeavesSandboxOutUnlessAsked"],
         "--to": ["theFinanceCSVNeverCarriesAFormulaUnlessAskedForRawCells", "exportFinanceWritesItsFileAndLeavesSandboxOutUnlessAsked"],
         "--include-sandbox": ["exportFinanceWritesItsFileAndLeavesSandboxOutUnlessAsked"],
-        "--json": ["inspectJSONNamesEachCheckAndExitsOneWhenOneFails", "explainAsOfDecidesAtThatTime"],
+        "--json": ["inspectJSONNamesEachCheckAndExitsOneWhenOneFails", "explainAsOfDecidesAtThatTime",
+                   "aDryRunAndAnAbortedRunSayNothingAndTheTextLayoutEscapes"],
+        "--limit": ["aDryRunAndAnAbortedRunSayNothingAndTheTextLayoutEscapes"],
         "--ledger-refresh": ["ledgerRefreshZeroHealsAnEditMadeOutsideTheJob"],
         "--log-format": ["aRunsReportAndLogsEscapeHostileIdsAndTypes"],
         "--log-level": ["secretsNeverReachLogsOrReports"],
@@ -86,7 +89,7 @@ import TestSupport
 
     /// The commands a user runs; `simulate-apple` and `seed-demo` are the demo's and the tests' tools.
     static let userCommands = [["run"], ["backfill"], ["migrate"], ["export-finance"], ["report"], ["ingest-notifications"],
-                               ["explain"], ["inspect"]]
+                               ["explain"], ["inspect"], ["corrections"]]
     static let toolCommands = [["simulate-apple", "serve"], ["simulate-apple", "sign-notifications"], ["seed-demo"]]
 
     static func options(of command: [String]) async throws -> Set<String> {

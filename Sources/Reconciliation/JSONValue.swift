@@ -1,17 +1,18 @@
-/// A signed payload's JSON as the signer wrote it, whatever its keys: `inspect --json` shows
-/// fields Apple may add tomorrow, so no typed view can hold them. Decoded by `JSONDecoder`, which
+/// JSON passed through as written, whatever its keys: a signed payload's fields in
+/// `inspect --json` (Apple may add fields tomorrow, so no typed view can hold them) and a
+/// correction's `before` and `after` rows in `corrections --json`. Decoded by `JSONDecoder`, which
 /// tells `true` from `1` (JSONSerialization's NSNumber does not), and written again by
 /// `ProgramJSON` like every other output.
-public enum SignedPayloadJSON: Codable, Sendable, Equatable {
+public enum JSONValue: Codable, Sendable, Equatable {
     case null
     case bool(Bool)
     case integer(Int64)
     case number(Double)
     case string(String)
-    case array([SignedPayloadJSON])
-    case object([String: SignedPayloadJSON])
+    case array([JSONValue])
+    case object([String: JSONValue])
 
-    var isObject: Bool {
+    public var isObject: Bool {
         if case .object = self { return true }
         return false
     }
@@ -28,10 +29,10 @@ public enum SignedPayloadJSON: Codable, Sendable, Equatable {
             self = .number(value)
         } else if let value = try? container.decode(String.self) {
             self = .string(value)
-        } else if let value = try? container.decode([SignedPayloadJSON].self) {
+        } else if let value = try? container.decode([JSONValue].self) {
             self = .array(value)
         } else {
-            self = .object(try container.decode([String: SignedPayloadJSON].self))
+            self = .object(try container.decode([String: JSONValue].self))
         }
     }
 
