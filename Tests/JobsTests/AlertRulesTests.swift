@@ -1,0 +1,92 @@
+import AppStoreModels
+import Foundation
+import Reconciliation
+import Testing
+import TestSupport
+
+/// Issue 35, alerts: `cron/receipt-reconciler-alerts.yml` passes promtool's own unit tests, and
+/// those tests feed it series the job really writes, named and labelled as in its metrics file.
+@Suite struct AlertRulesTests {
+    static let cron = TestPaths.repositoryRoot.appending(path: "cron")
+
+    /// promtool from Debian's `prometheus` package (CI installs it; `RR_PROMTOOL` names another).
+    static func promtool(_ arguments: [String], in directory: URL) throws -> (status: Int32, output: String) {
+        let path = ProcessInfo.processInfo.environment["RR_PROMTOOL"] ?? "/usr/bin/promtool"
+        guard FileManager.default.isExecutableFile(atPath: path) else {
+            throw TestSetupError(description: "no promtool at \(path): install Debian's prometheus package (.ci/run does)")
+        }
+        let process = Process()
+        process.executableURL = URL(filePath: path)
+        process.arguments = arguments
+        process.currentDirectoryURL = directory
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, output)
+    }
+
+    @Test func theAlertRulesPassPromtoolsTestsAndAWrongExpectationFailsThem() throws {
+        let check = try Self.promtool(["check", "rules", "receipt-reconciler-alerts.yml"], in: Self.cron)
+        #expect(check.status == 0 && check.output.contains("SUCCESS: 7 rules found"), "\(check.output)")
+        let test = try Self.promtool(["test", "rules", "receipt-reconciler-alerts.test.yml"], in: Self.cron)
+        #expect(test.status == 0 && test.output.contains("SUCCESS"), "\(test.output)")
+
+        // The same tests with the failed share under the threshold (40 of 940) must fail: promtool evaluated them.
+        let copy = FileManager.default.temporaryDirectory.appending(path: "rr-alerts-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: copy, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: copy) }
+        try FileManager.default.copyItem(at: Self.cron.appending(path: "receipt-reconciler-alerts.yml"),
+                                         to: copy.appending(path: "receipt-reconciler-alerts.yml"))
+        let tests = try String(contentsOf: Self.cron.appending(path: "receipt-reconciler-alerts.test.yml"), encoding: .utf8)
+        #expect(tests.contains("values: '100 30'"))
+        try tests.replacingOccurrences(of: "values: '100 30'", with: "values: '40 30'")
+            .write(to: copy.appending(path: "receipt-reconciler-alerts.test.yml"), atomically: true, encoding: .utf8)
+        let wrong = try Self.promtool(["test", "rules", "receipt-reconciler-alerts.test.yml"], in: copy)
+        #expect(wrong.status != 0 && wrong.output.contains("ReceiptReconcilerAccountsFailing"), "\(wrong.output)")
+    }
+
+    /// `name{k="v",...}` of each sample line of a metrics file.
+    static func series(in text: String) -> Set<String> {
+        Set(text.split(separator: "\n").filter { !$0.hasPrefix("#") }.compactMap { $0.split(separator: " ").first.map(String.init) })
+    }
+
+    @Test func everySeriesInTheAlertTestsIsOneTheJobWrites() async throws {
+        var written = Set<String>()
+        // A real nightly run's metrics file: a completed run and then an aborted one write every status.
+        try await RunWorld.with("alert-series") { world in
+            try await OperationsTests.populate(world, count: 3)
+            let metrics = world.reportRoot.appending(path: "metrics.prom")
+            let result = try await CLIProcess.run(
+                ["run", "--report-dir", world.reportRoot.path, "--metrics-file", metrics.path], environment: OperationsTests.environment(world))
+            #expect(result.status == 0, "\(result.stderr)")
+            written.formUnion(Self.series(in: try String(contentsOf: metrics, encoding: .utf8)))
+        }
+        // The App Store Server API's families, as the same writer renders a run that used it.
+        var summary = RunSummary()
+        summary.apiRequests = [
+            ServerAPIEndpointKey(.history, .production): APIEndpointUsage(budgetPerSecond: 5, requests: 10, throttled: 3, seconds: 2),
+            ServerAPIEndpointKey(.statuses, .production): APIEndpointUsage(budgetPerSecond: 5, requests: 10, throttled: 0, seconds: 2),
+        ]
+        written.formUnion(Self.series(in: RunReport.metrics(summary, previous: nil)))
+        #expect(written.contains(#"receipt_reconciler_last_run_status{kind="nightly",status="aborted"}"#), "\(written.sorted())")
+
+        let tests = try String(contentsOf: Self.cron.appending(path: "receipt-reconciler-alerts.test.yml"), encoding: .utf8)
+        let used = tests.split(separator: "\n").compactMap { line -> String? in
+            guard let start = line.range(of: "- series: '") else { return nil }
+            return String(line[start.upperBound...].dropLast())
+        }
+        #expect(used.count >= 15)
+        for series in used where !series.hasPrefix("node_") {
+            #expect(written.contains(series), "the alert tests use \(series), which the job never writes")
+        }
+        // And every alert names only metrics the job writes.
+        let rules = try String(contentsOf: Self.cron.appending(path: "receipt-reconciler-alerts.yml"), encoding: .utf8)
+        let names = Set(written.map { String($0.prefix { $0 != "{" }) })
+        for match in rules.matches(of: /receipt_reconciler_[a-z_]+/) {
+            #expect(names.contains(String(match.output)), "an alert reads \(match.output), which the job never writes")
+        }
+    }
+}
