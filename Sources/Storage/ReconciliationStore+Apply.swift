@@ -13,8 +13,6 @@ extension ReconciliationStore {
         public var superseded = 0
         /// The id to continue after; nil when nothing was left.
         public var lastId: Int64?
-        /// What was sent on `CorrectionsEvent.channel` at the commit; nil when nothing was applied.
-        public var event: CorrectionsEvent?
     }
 
     /// Applies up to `limit` planned corrections of `runId` after `afterId`, in one transaction:
@@ -30,7 +28,7 @@ extension ReconciliationStore {
             // comparing it with the stored row needs no JSON decoding here.
             let planned = try await connection.query("""
                 SELECT c.id AS correction_id, c.account_id AS correction_account_id, c.product_id AS correction_product_id,
-                       c.kind AS correction_kind, c.before IS NOT NULL AS has_before, c.after::text AS after, b.*
+                       c.before IS NOT NULL AS has_before, c.after::text AS after, b.*
                 FROM iap.corrections c LEFT JOIN LATERAL jsonb_populate_record(NULL::iap.entitlements, c.before) AS b ON true
                 WHERE c.run_id = \(runId) AND c.status = 'planned' AND c.id > \(afterId)
                 ORDER BY c.id LIMIT \(limit) FOR UPDATE OF c
@@ -123,7 +121,6 @@ extension ReconciliationStore {
                     (id: try $0.decode("id"), seq: try $0.decode("applied_seq"), kind: try $0.decode("kind"))
                 }) {
                     try await connection.execute("SELECT pg_notify(\(CorrectionsEvent.channel), \(try ProgramJSON.line(event)))")
-                    result.event = event
                 }
             }
             if !superseded.isEmpty {
