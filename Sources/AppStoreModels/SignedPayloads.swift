@@ -207,6 +207,9 @@ public struct NotificationV2Payload: SignedPayload, Equatable {
     public var environment: AppleEnvironment? { rawEnvironment.flatMap(AppleEnvironment.init(rawValue:)) }
     public var status: SubscriptionStatus? { rawStatus.flatMap(SubscriptionStatus.init(rawValue:)) }
 
+    /// `v2 TYPE/SUBTYPE` as Apple wrote them: how a run counts and logs it, and `explain` shows it.
+    public var label: String { "v2 " + rawNotificationType + (rawSubtype.map { "/" + $0 } ?? "") }
+
     public var claims: SignedClaims {
         SignedClaims(signedDate: signedDate, bundleId: bundleId, appAppleId: appAppleId, environment: rawEnvironment)
     }

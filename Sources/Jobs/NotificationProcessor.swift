@@ -120,7 +120,7 @@ struct NotificationProcessor: Sendable {
         }
         let payload = verified.payload
         let type = payload.rawNotificationType  // counted and logged as Apple wrote it, a type added later included
-        let label = "v2 " + type + (payload.rawSubtype.map { "/" + $0 } ?? "")
+        let label = payload.label
         if let uuid = payload.notificationUUID, try await tx.wasProcessedBefore(notificationUUID: uuid) {
             try await tx.record(.duplicate)
             return Processed(type: type, label: label, outcome: .duplicate)

@@ -109,6 +109,6 @@ public struct EvidenceStore: Sendable {
         guard outcome != nil, outcome != "rejected", let jws = try? CompactJWS(signedPayload),
               let payload = try? NotificationV2Payload(json: jws.payload)
         else { return "v2 (unverified)" }
-        return "v2 " + payload.rawNotificationType + (payload.rawSubtype.map { "/\($0)" } ?? "")
+        return payload.label
     }
 }
