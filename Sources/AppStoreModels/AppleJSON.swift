@@ -24,6 +24,9 @@ struct AppleJSONReader: ~Escapable {
     private var depth = 0
     /// Set on entering an object: its first member comes without a comma.
     private var expectsFirstItem = false
+    /// The name of the member whose value comes next (as written), so that a value read from it
+    /// can name its field in an error at no cost when there is none.
+    private var memberName = UnsafeBufferPointer<UInt8>(start: nil, count: 0)
 
     /// Objects and arrays nest at most this deep: a hostile answer cannot exhaust the stack.
     static let maximumDepth = 64
@@ -82,6 +85,7 @@ struct AppleJSONReader: ~Escapable {
             return nil
         }
         let key = try readKey()
+        memberName = key.bytes
         skipWhitespace()
         guard position < bytes.count, bytes[position] == UInt8(ascii: ":") else { throw syntaxError("expected ':'") }
         position += 1
@@ -115,6 +119,7 @@ struct AppleJSONReader: ~Escapable {
     /// tolerance, or a container to report as the wrong type.
     @_lifetime(copy self)
     mutating func value() throws -> AppleJSONValue {
+        let member = memberName  // before a container's own members move it
         let kind = try peek()
         let start = position
         var escaped = false
@@ -124,7 +129,9 @@ struct AppleJSONReader: ~Escapable {
         case .number: try skipNumber()
         case .bool, .null: try skipLiteral()
         }
-        return AppleJSONValue(kind: kind, bytes: UnsafeBufferPointer(rebasing: bytes[start..<position]), escaped: escaped, lifetime: lifetime)
+        return AppleJSONValue(
+            kind: kind, bytes: UnsafeBufferPointer(rebasing: bytes[start..<position]), escaped: escaped, member: member,
+            lifetime: lifetime)
     }
 
     /// Checks and passes over the next value.
@@ -292,8 +299,11 @@ struct AppleJSONReader: ~Escapable {
 
     private func isDigit(_ byte: UInt8) -> Bool { byte &- UInt8(ascii: "0") < 10 }
 
+    /// Names the member being read, where there is one: a hostile value (a number past any
+    /// Double) is refused as the field's error.
     private func syntaxError(_ what: String) -> AppleJSONError {
-        AppleJSONError(description: "not valid JSON: \(what) at byte \(position)")
+        let field = memberName.isEmpty ? "" : " (in \(String(decoding: memberName.prefix(64), as: UTF8.self).debugDescription))"
+        return AppleJSONError(description: "not valid JSON: \(what) at byte \(position)\(field)")
     }
 
     private func typeError(_ expected: String) -> AppleJSONError {

@@ -14,14 +14,29 @@ struct AppleJSONValue: ~Escapable {
     let bytes: UnsafeBufferPointer<UInt8>
     /// A string holding backslash escapes, which must be decoded to be read.
     let escaped: Bool
+    /// The name of the member it is the value of (of the array, for an element), as written:
+    /// an error names it.
+    let member: UnsafeBufferPointer<UInt8>
     private let lifetime: DocumentLifetime
 
     @_lifetime(copy lifetime)
-    init(kind: Kind, bytes: UnsafeBufferPointer<UInt8>, escaped: Bool, lifetime: DocumentLifetime) {
+    init(kind: Kind, bytes: UnsafeBufferPointer<UInt8>, escaped: Bool, member: UnsafeBufferPointer<UInt8>, lifetime: DocumentLifetime) {
         self.kind = kind
         self.bytes = bytes
         self.escaped = escaped
+        self.member = member
         self.lifetime = lifetime
+    }
+
+    /// The field, for an error: the member's name as written, shown escaped (it is outside text).
+    var field: String {
+        member.isEmpty ? "the value" : String(decoding: member.prefix(64), as: UTF8.self).unicodeScalars
+            .map { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? String($0) : "\\u{\(String($0.value, radix: 16))}" }.joined()
+    }
+
+    /// A format error of this value: `field: what`.
+    func error(_ what: String) -> AppleJSONError {
+        AppleJSONError(description: "\(field): \(what)")
     }
 
     /// A string, or a number written as its decimal text (ids such as `transaction_id`).
@@ -35,9 +50,9 @@ struct AppleJSONValue: ~Escapable {
             let text = String(decoding: bytes, as: UTF8.self)
             if let number = Int64(text) { return String(number) }
             if let number = Double(text), number.rounded() == number, abs(number) < 1e18 { return String(Int64(number)) }
-            throw AppleJSONError(description: "expected a string or a whole number, found \(text)")
+            throw error("expected a string or a whole number, found \(text.prefix(40))")
         case .bool: return bytes[0] == UInt8(ascii: "t") ? "true" : "false"
-        case .object, .array: throw AppleJSONError(description: "expected a string or a number, found \(kind)")
+        case .object, .array: throw error("expected a string or a number, found \(kind)")
         }
     }
 
@@ -47,7 +62,7 @@ struct AppleJSONValue: ~Escapable {
         guard let text = try string()?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return nil }
         if let value = Int64(text) { return value }
         if let value = Double(text), value.rounded() == value, abs(value) < 9e18 { return Int64(value) }
-        throw AppleJSONError(description: "expected an integer")
+        throw error("expected an integer")
     }
 
     /// A count or a code (quantity, cancellation_reason, status): Apple's are small, and one past
@@ -89,7 +104,7 @@ struct AppleJSONValue: ~Escapable {
             }
         case .object, .array: break
         }
-        throw AppleJSONError(description: "expected a flag (true/false or 1/0)")
+        throw error("expected a flag (true/false or 1/0)")
     }
 
     /// A time from `<name>_ms` (milliseconds since 1970, string or number). When Apple left out

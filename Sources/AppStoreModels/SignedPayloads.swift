@@ -251,7 +251,7 @@ public enum NotificationV2Body {
     /// never to act on it.
     public static func unverifiedNotificationUUID(_ body: some Collection<UInt8>) -> String? {
         guard let signed = signedPayload(body), let jws = try? CompactJWS(signed) else { return nil }
-        return (try? NotificationV2Payload(json: jws.payload))?.notificationUUID
+        return UnverifiedPayload(jws.payload).notificationUUID
     }
 }
 
@@ -313,10 +313,11 @@ struct SignedFields {
 
     func int(_ name: String) throws -> Int? {
         guard let value = try int64(name) else { return nil }
-        guard let small = Int(exactly: value), abs(small) <= Int(Int32.max) else {
+        // Int32(exactly:) where `abs` once trapped on -2^63 (a forged quantity stopped every run).
+        guard let small = Int32(exactly: value) else {
             throw AppleJSONError.outOfRange(name, "\(value) is out of range for a count or a code")
         }
-        return small
+        return Int(small)
     }
 
     func bool(_ name: String) throws -> Bool? {
@@ -334,13 +335,18 @@ struct SignedFields {
 
     /// Milliseconds since 1970; Xcode's signed data has fractions of one, cut off here.
     func date(_ name: String) throws -> Date? {
-        let text: String
         switch values[name] {
         case nil: return nil
-        case .number(let number), .string(let number): text = number
+        case .number(let text), .string(let text): return try Self.date(text: text, field: name)
         case .bool: throw AppleJSONError(description: "\(name): expected milliseconds since 1970")
         }
+    }
+
+    /// A time from its text as signed (a number, or a string of one). The one reading of signed
+    /// dates, for verified payloads and for an unverified `signedDate` alike.
+    static func date(text: String, field name: String) throws -> Date {
         if let milliseconds = Int64(text) { return try Date(appleMilliseconds: milliseconds, field: name) }
+        // A fraction (Xcode's) is cut off; the range is checked before the conversion, which cannot trap then.
         guard let milliseconds = Double(text), milliseconds.isFinite, abs(milliseconds) < 1e15 else {
             throw AppleJSONError(description: "\(name): expected milliseconds since 1970")
         }

@@ -61,7 +61,7 @@ struct AnswerGeneration: Sendable {
         func int64(_ value: Any?) -> Int64? {
             if let number = value as? Int64 { return number }
             if let number = value as? Int { return Int64(number) }
-            if let number = value as? Double { return Int64(number) }
+            if let number = value as? Double { return Int64(exactly: number.rounded(.towardZero)) }
             if let text = value as? String { return Int64(text) }
             return nil
         }

@@ -6,12 +6,14 @@ import SignedData
 
 /// What `inspect` shows of signed data: each signed part's fields and every check with its result.
 public struct SignedDataInspection {
-    /// One JWS: its kind, its fields as signed, its checks.
+    /// One JWS: its kind, its fields as signed (once verified), its checks.
     public struct Part {
         public var name: String
         public var fields: [String: Any]
         /// The same fields for `--json`, numbers and booleans told apart as Apple wrote them.
         public var payload: JSONValue
+        /// The payload's JSON as it came, where it was not verified: shown as text, never read.
+        public var unverifiedPayload: String?
         public var checks: [SignedDataCheckResult]
     }
 
@@ -31,25 +33,34 @@ public struct SignedDataInspection {
     }
 
     public static func inspect(_ jws: String, verifier: SignedDataVerifier) async -> SignedDataInspection {
-        let payload = (try? CompactJWS(jws)).map(\.payload) ?? []
-        let object = (try? JSONSerialization.jsonObject(with: Data(payload))) as? [String: Any] ?? [:]
-        if object["notificationType"] != nil {
+        // Which kind to verify it as, from the member names alone: no value of it is read before it is verified.
+        let names = UnverifiedPayload((try? CompactJWS(jws))?.payload ?? [])
+        if names.namesNotificationType {
             let examination = await verifier.examineNotification(signedPayload: jws)
             var parts = [part("notification", examination.notification)]
             if let transaction = examination.transaction { parts.append(part("signedTransactionInfo", transaction)) }
             if let renewal = examination.renewalInfo { parts.append(part("signedRenewalInfo", renewal)) }
             return SignedDataInspection(parts: parts)
         }
-        if object["transactionId"] != nil {
+        if names.namesTransactionId {
             return SignedDataInspection(parts: [part("transaction", await verifier.examine(jws, as: JWSTransaction.self, environment: .either))])
         }
         return SignedDataInspection(parts: [part("renewal info", await verifier.examine(jws, as: JWSRenewalInfo.self, environment: .either))])
     }
 
+    /// A verified payload's fields (its claims may have failed: it is Apple's all the same); an
+    /// unverified one's JSON text as it came.
     private static func part<Payload>(_ name: String, _ examination: SignedDataExamination<Payload>) -> Part {
-        let fields = examination.payloadJSON.flatMap { try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] } ?? [:]
-        let payload = examination.payloadJSON.flatMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0)) }
-        return Part(name: name, fields: fields, payload: payload.flatMap { $0.isObject ? $0 : nil } ?? .object([:]), checks: examination.allResults)
+        guard examination.payload != nil, let json = examination.payloadJSON else {
+            return Part(
+                name: name, fields: [:], payload: .null,
+                unverifiedPayload: examination.payloadJSON.map { String(decoding: $0, as: UTF8.self) }, checks: examination.allResults)
+        }
+        let fields = (try? JSONSerialization.jsonObject(with: Data(json))) as? [String: Any] ?? [:]
+        let payload = try? JSONDecoder().decode(JSONValue.self, from: Data(json))
+        return Part(
+            name: name, fields: fields, payload: payload.flatMap { $0.isObject ? $0 : nil } ?? .object([:]), unverifiedPayload: nil,
+            checks: examination.allResults)
     }
 
     // MARK: Output
@@ -58,6 +69,11 @@ public struct SignedDataInspection {
         var text = ""
         for part in parts {
             text += "\(part.name)\n"
+            if let raw = part.unverifiedPayload {
+                // Escaped: the text is whoever's sent it, and may not reach the terminal raw.
+                text += "  payload, not verified (its JSON as it came; nothing of it was read):\n    "
+                    + DisplayText.escaped(String(raw.prefix(4096))) + (raw.count > 4096 ? " ..." : "") + "\n"
+            }
             let fields = Self.flatten(part.fields).filter { !$0.key.hasSuffix("signedTransactionInfo") && !$0.key.hasSuffix("signedRenewalInfo") }
             // The fields are what the signer wrote: escaped, so a value cannot forge a line or reach the terminal raw.
             let keys = fields.map { DisplayText.escaped($0.key) }
@@ -68,7 +84,7 @@ public struct SignedDataInspection {
             }
             text += "  checks\n"
             for check in part.checks {
-                text += "    " + (check.passed ? "pass" : "FAIL") + "  " + check.check.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0)
+                text += "    " + (check.passed ? "pass" : check.checked ? "FAIL" : "skip") + "  " + check.check.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0)
                     + DisplayText.escaped(check.detail) + "\n"
             }
             text += "\n"
@@ -81,11 +97,15 @@ public struct SignedDataInspection {
         struct Check: Encodable {
             let name: String
             let passed: Bool
+            /// false: not run, an earlier check failed.
+            let checked: Bool
             let detail: String
         }
         struct PartView: Encodable {
             let part: String
+            /// null where the payload was not verified.
             let fields: JSONValue
+            @Nullable var unverifiedPayload: String?
             let checks: [Check]
         }
         struct Document: Encodable {
@@ -93,7 +113,7 @@ public struct SignedDataInspection {
             let parts: [PartView]
         }
         let document = Document(passed: allPassed, parts: parts.map { part in
-            PartView(part: part.name, fields: part.payload, checks: part.checks.map { Check(name: $0.check.rawValue, passed: $0.passed, detail: $0.detail) })
+            PartView(part: part.name, fields: part.payload, unverifiedPayload: part.unverifiedPayload, checks: part.checks.map { Check(name: $0.check.rawValue, passed: $0.passed, checked: $0.checked, detail: $0.detail) })
         })
         // Values decoded from JSON text are finite: encoding them again cannot fail.
         return (try? ProgramJSON.pretty(document)) ?? "{}\n"

@@ -3,7 +3,9 @@ import Foundation
 import SwiftASN1
 import X509
 
-/// The checks of contract section 9, in the order a rejection names the first that failed.
+/// The checks of signed data (docs/notifications.md, "Signed data and its checks"), in the order a
+/// rejection names the first that failed. Nothing of the payload but its `signedDate` is read
+/// before `signature`; the claims after it are read from the verified payload.
 public enum SignedDataCheck: String, CaseIterable, Sendable, Codable {
     /// A compact JWS with an `x5c` header and a payload of the expected kind.
     case format
@@ -17,6 +19,9 @@ public enum SignedDataCheck: String, CaseIterable, Sendable, Codable {
     case validity
     /// The ES256 signature verifies with the leaf's key.
     case signature
+    /// The verified payload decodes as the kind expected (a transaction, a renewal info, a
+    /// notification): read only once every check above passed.
+    case payload
     /// `bundleId` is the app's.
     case bundle
     /// `appAppleId` is the app's (production notifications).

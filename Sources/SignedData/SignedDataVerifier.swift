@@ -6,7 +6,7 @@ import Locking
 import SwiftASN1
 @_spi(DisableValidityCheck) import X509
 
-/// Verifies Apple's signed data (contract section 9) before any field of it is used: the `x5c`
+/// Verifies Apple's signed data (docs/notifications.md, "Signed data and its checks") before any field of it is used: the `x5c`
 /// chain up to a trusted root with Apple's extension OIDs, validity at the payload's own
 /// `signedDate`, the ES256 signature with the leaf's key, then the app's claims. Every check is
 /// evaluated and named, so a rejection says which one failed and `inspect` can show them all.
@@ -81,11 +81,14 @@ public final class SignedDataVerifier: Sendable {
             payload: payload, transaction: examination.transaction?.payload, renewalInfo: examination.renewalInfo?.payload)
     }
 
-    /// Every check of a V2 notification's payload, and of the transaction and renewal info inside.
+    /// Every check of a V2 notification's payload, and of the transaction and renewal info inside
+    /// (examined only when the notification's own payload verified: nothing is read of one that did not).
     public func examineNotification(signedPayload: String) async -> NotificationExamination {
-        // Parsed once: the transaction inside is read for its signedDate only when the payload has none.
-        let notification = await examine(signedPayload, as: NotificationV2Payload.self, environment: .either) { payload in
-            payload.signedDate == nil ? Self.signedDate(ofTransaction: payload.signedTransactionInfo) : nil
+        let notification = await examine(signedPayload, as: NotificationV2Payload.self, environment: .either) { verifiedJSON in
+            // Only once the notification's chain and signature verified, and only when it has no signedDate.
+            UnverifiedPayload.signedTransactionInfo(ofNotification: verifiedJSON)
+                .flatMap { try? CompactJWS($0) }
+                .flatMap { if case .date(let date) = UnverifiedPayload($0.payload).signedDate { date } else { nil } }
         }
         // The inner payloads must come from the environment the notification names.
         let environment: ExpectedEnvironment = AppleEnvironment(appleName: notification.payload?.rawEnvironment).map { .host($0) } ?? .either
@@ -100,43 +103,35 @@ public final class SignedDataVerifier: Sendable {
         return NotificationExamination(notification: notification, transaction: transaction, renewalInfo: renewalInfo)
     }
 
-    /// A notification without a top-level `signedDate` is checked at its transaction's (unverified
-    /// here: the transaction is verified on its own, and the notification fails with it).
-    private static func signedDate(ofTransaction signed: String?) -> Date? {
-        guard let signed, let jws = try? CompactJWS(signed) else { return nil }
-        return (try? JWSTransaction(json: jws.payload))?.signedDate
-    }
-
     // MARK: Examining
 
-    /// Every check of one JWS with its result, and the payload decoded (trusted only when all passed).
+    /// Every check of one JWS with its result, and the payload decoded once the checks that make
+    /// it Apple's (chain, OIDs, validity, signature) passed.
     public func examine<Payload: SignedPayload>(
         _ text: String, as type: Payload.Type, environment: ExpectedEnvironment
     ) async -> SignedDataExamination<Payload> {
         await examine(text, as: type, environment: environment) { _ in nil }
     }
 
-    /// The same; `signedDateFallback` gives the time to check validity at when the decoded payload has no `signedDate`.
+    /// The same; `signedDateFallback` gives the time to check validity at when the payload has no
+    /// `signedDate`. It is handed the payload's bytes only once the chain and the signature passed.
+    ///
+    /// Verify before reading (docs/guarantees.md): of the payload, only `signedDate` is read (by
+    /// `UnverifiedPayload`, which cannot fail or trap) until chain, OIDs, validity and signature
+    /// have passed; only then is it decoded into typed values, and its claims checked.
     private func examine<Payload: SignedPayload>(
-        _ text: String, as type: Payload.Type, environment: ExpectedEnvironment, signedDateFallback: (Payload) -> Date?
+        _ text: String, as type: Payload.Type, environment: ExpectedEnvironment, signedDateFallback: ([UInt8]) -> Date?
     ) async -> SignedDataExamination<Payload> {
         var results: [SignedDataCheckResult] = []
         func record(_ check: SignedDataCheck, _ passed: Bool, _ detail: String) {
             results.append(SignedDataCheckResult(check: check, passed: passed, detail: detail))
         }
         let jws: CompactJWS
-        let payload: Payload
         do {
             jws = try CompactJWS(text)
         } catch {
             record(.format, false, error.description)
             return SignedDataExamination(results: results, payload: nil, payloadJSON: nil)
-        }
-        do {
-            payload = try Payload(json: jws.payload)
-        } catch {
-            record(.format, false, "the payload is not a \(Payload.self): \(error)")
-            return SignedDataExamination(results: results, payload: nil, payloadJSON: jws.payload)
         }
         record(.format, true, "compact JWS, \(jws.header.certificateChain?.count ?? 0) certificate(s) in x5c")
         let algorithm = jws.header.algorithm ?? "(none)"
@@ -145,25 +140,47 @@ public final class SignedDataVerifier: Sendable {
         let chain = await verifiedChain(jws)
         record(.chain, chain.linked, chain.chainDetail)
         record(.oid, chain.oidsPresent, chain.oidDetail)
+        let signatureValid = Self.signatureIsValid(jws, leafKey: chain.leafKey)
 
-        let claims = payload.claims
-        let validation = Self.validationTime(claims.signedDate, fallback: signedDateFallback(payload))
-        if chain.certificates.isEmpty {
+        let validation: (Date, String)?
+        switch UnverifiedPayload(jws.payload).signedDate {
+        case .date(let signedDate): validation = (signedDate, "signedDate")
+        case .malformed(let detail): validation = nil; record(.validity, false, detail)
+        case .absent:
+            let authentic = chain.linked && chain.oidsPresent && signatureValid
+            validation = authentic ? signedDateFallback(jws.payload).map { ($0, "the transaction's signedDate") } : nil
+        }
+        if results.contains(where: { $0.check == .validity }) {
+            // signedDate was malformed: said above.
+        } else if chain.certificates.isEmpty {
             record(.validity, false, "no certificate to check")
-        } else if validation == nil {
+        } else if let (validationTime, timeSource) = validation {
+            // Compared, not made a range: an unverified certificate may end before it begins,
+            // and `notValidBefore...notValidAfter` traps on that (found by fuzzing).
+            if let expired = chain.certificates.first(where: { validationTime < $0.notValidBefore || validationTime > $0.notValidAfter }) {
+                record(.validity, false, "\(expired.subject) is valid \(Timestamp.day(expired.notValidBefore)) to \(Timestamp.day(expired.notValidAfter)), not at \(timeSource) \(Timestamp.format(validationTime))")
+            } else {
+                record(.validity, true, "every certificate valid at \(timeSource) \(Timestamp.format(validationTime))")
+            }
+        } else {
             record(.validity, false, "no signedDate\(Payload.self == NotificationV2Payload.self ? " (nor on its signed transaction)" : ""): "
                    + "the certificates cannot be checked at the time Apple signed, and are never checked at now")
-        } else if let (validationTime, timeSource) = validation,
-                  // Compared, not made a range: an unverified certificate may end before it begins,
-                  // and `notValidBefore...notValidAfter` traps on that (found by fuzzing).
-                  let expired = chain.certificates.first(where: { validationTime < $0.notValidBefore || validationTime > $0.notValidAfter }) {
-            record(.validity, false, "\(expired.subject) is valid \(Timestamp.day(expired.notValidBefore)) to \(Timestamp.day(expired.notValidAfter)), not at \(timeSource) \(Timestamp.format(validationTime))")
-        } else if let (validationTime, timeSource) = validation {
-            record(.validity, true, "every certificate valid at \(timeSource) \(Timestamp.format(validationTime))")
         }
+        record(.signature, signatureValid, chain.leafKey == nil ? "the leaf has no P-256 key" : "ES256 over header.payload with the leaf's key")
 
-        record(.signature, Self.signatureIsValid(jws, leafKey: chain.leafKey), chain.leafKey == nil ? "the leaf has no P-256 key" : "ES256 over header.payload with the leaf's key")
-        checkClaims(claims, of: type, environment: environment, record: record)
+        guard results.allSatisfy(\.passed) else {
+            // Not Apple's, or not provably: nothing more of it is read.
+            return SignedDataExamination(results: results, payload: nil, payloadJSON: jws.payload)
+        }
+        let payload: Payload
+        do {
+            payload = try Payload(json: jws.payload)
+        } catch {
+            record(.payload, false, "signed by Apple, but not a \(Payload.self): \(error)")
+            return SignedDataExamination(results: results, payload: nil, payloadJSON: jws.payload)
+        }
+        record(.payload, true, "a \(Payload.self)")
+        checkClaims(payload.claims, of: type, environment: environment, record: record)
         return SignedDataExamination(results: results, payload: payload, payloadJSON: jws.payload)
     }
 
@@ -197,14 +214,6 @@ public final class SignedDataVerifier: Sendable {
         case (.host(let host), let given?): record(.environment, named == host, named == host ? given : "\(given), but it came from \(host.rawValue)")
         case (.either, let given?): record(.environment, named != nil, named != nil ? given : "\(given) is neither Production nor Sandbox")
         }
-    }
-
-    /// The time certificates must be valid at: the payload's `signedDate`, else the fallback; nil
-    /// when neither is there. Never now: a leaf that has expired would pass for data signed after it did.
-    private static func validationTime(_ signedDate: Date?, fallback: Date?) -> (Date, String)? {
-        if let signedDate { return (signedDate, "signedDate") }
-        if let fallback { return (fallback, "the transaction's signedDate") }
-        return nil
     }
 
     private static func signatureIsValid(_ jws: CompactJWS, leafKey: P256.Signing.PublicKey?) -> Bool {
@@ -274,20 +283,24 @@ public struct SignedDataCheckResult: Sendable, Equatable {
     public var check: SignedDataCheck
     public var passed: Bool
     public var detail: String
+    /// False for a check that did not run because an earlier one failed (not passed either).
+    public var checked = true
 }
 
 /// Every check of one JWS, as `inspect` shows them.
 public struct SignedDataExamination<Payload: SignedPayload>: Sendable {
     public var results: [SignedDataCheckResult]
-    /// Decoded whether or not the checks passed: trusted only when `firstFailure` is nil.
+    /// Decoded only once chain, OIDs, validity and signature passed; trusted only when
+    /// `firstFailure` is nil (the claims may still have failed).
     public var payload: Payload?
     /// The payload's JSON as signed, for showing its every field (`inspect`).
     public var payloadJSON: [UInt8]?
 
-    /// Each check in order; those that could not run (the format failed) as not passed.
+    /// Each check in order; those that did not run (an earlier check failed) as not passed.
     public var allResults: [SignedDataCheckResult] {
         SignedDataCheck.allCases.map { check in
-            results.first { $0.check == check } ?? SignedDataCheckResult(check: check, passed: false, detail: "not checked")
+            results.first { $0.check == check } ?? SignedDataCheckResult(
+                check: check, passed: false, detail: "not checked: nothing of a payload is read before it is verified", checked: false)
         }
     }
 

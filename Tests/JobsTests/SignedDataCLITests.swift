@@ -31,9 +31,15 @@ import TestSupport
         let document = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
         #expect(document["passed"] as? Bool == false)
         let checks = try #require(((document["parts"] as? [[String: Any]])?.first?["checks"]) as? [[String: Any]])
-        #expect(checks.map { $0["name"] as? String } == ["format", "algorithm", "chain", "oid", "validity", "signature", "bundle", "app_apple_id", "environment"])
-        let failed = checks.filter { $0["passed"] as? Bool == false }.compactMap { $0["name"] as? String }
+        #expect(checks.map { $0["name"] as? String } == ["format", "algorithm", "chain", "oid", "validity", "signature", "payload", "bundle", "app_apple_id", "environment"])
+        let failed = checks.filter { $0["passed"] as? Bool == false && $0["checked"] as? Bool == true }.compactMap { $0["name"] as? String }
         #expect(failed == ["algorithm", "signature"])
+        // Nothing of an unverified payload is read: its claims are not checked, its fields not shown.
+        let skipped = checks.filter { $0["checked"] as? Bool == false }.compactMap { $0["name"] as? String }
+        #expect(skipped == ["payload", "bundle", "app_apple_id", "environment"])
+        let part = try #require((document["parts"] as? [[String: Any]])?.first)
+        #expect(part["fields"] is NSNull)
+        #expect((part["unverifiedPayload"] as? String)?.contains("\"notificationType\":\"TEST\"") == true)
     }
 
     @Test func inspectUsesTheRunsConfiguration() async throws {
