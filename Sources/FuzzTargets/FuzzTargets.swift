@@ -9,7 +9,7 @@ import Inspection
 import Reconciliation
 import SignedData
 
-/// The fuzz targets: one for every parser of untrusted bytes (contract section 11). Each takes
+/// The fuzz targets: one for every parser of untrusted bytes (docs/guarantees.md, "Hostile input"). Each takes
 /// any bytes, and must return, never trap, leak or hang; what it returns does not matter.
 enum FuzzTarget: String, CaseIterable {
     /// An app receipt (PKCS#7 + ASN.1, base64 or DER) or an iOS 6 transaction receipt.
@@ -81,6 +81,7 @@ enum Targets {
     static func jws(_ bytes: [UInt8]) {
         guard let verifier else { return }
         let text = String(decoding: bytes, as: UTF8.self)
+        _ = UnverifiedPayload(bytes)
         blocking {
             _ = await verifier.examineNotification(signedPayload: text)
             _ = await verifier.examine(text, as: JWSTransaction.self, environment: .either)
@@ -111,9 +112,11 @@ enum Targets {
         _ = ServerAPIError.decode(bytes)
     }
 
+    /// A stored body as ingestion and a run read it: v1 decoded; of V2, only what is read unverified.
     static func notificationV1(_ bytes: [UInt8]) {
         _ = try? ServerNotification.decode(bytes)
         _ = NotificationV2Body.signedPayload(bytes)
+        _ = NotificationV2Body.unverifiedNotificationUUID(bytes)
     }
 
     static func inspect(_ bytes: [UInt8]) {
