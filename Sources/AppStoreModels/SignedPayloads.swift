@@ -72,6 +72,14 @@ public struct JWSTransaction: SignedPayload, Equatable {
     public var price: Int64?
     /// ISO 4217.
     public var currency: String?
+    /// As Apple wrote it (`REFUND_FULL`, `REFUND_PRORATED`, `FAMILY_REVOKE`); `revocationType` reads it.
+    public var rawRevocationType: String?
+    /// The share refunded, in milliunits of a percent (100000 is 100 %): 0...100000, else a format error.
+    public var revocationPercentage: Int?
+    /// ISO 8601 duration of the offer (`P1Y`), as Apple wrote it.
+    public var offerPeriod: String?
+    /// The app download's transaction id.
+    public var appTransactionId: String?
 
     public var claims: SignedClaims {
         SignedClaims(signedDate: signedDate, bundleId: bundleId, environment: rawEnvironment)
@@ -107,8 +115,23 @@ public struct JWSTransaction: SignedPayload, Equatable {
         rawTransactionReason = try fields.string("transactionReason")
         rawEnvironment = try fields.string("environment")
         price = try fields.int64("price")
+        if let price, !Self.prices.contains(price) {
+            throw AppleJSONError.outOfRange("price", "\(price) is not a price (0 to 10^15 - 1 milliunits)")
+        }
         currency = try fields.string("currency")
+        rawRevocationType = try fields.string("revocationType")
+        revocationPercentage = try fields.int("revocationPercentage")
+        if let percentage = revocationPercentage, !(0...100_000).contains(percentage) {
+            // Never a wrong amount: the transaction is refused instead (docs/reports.md, "The finance journal").
+            throw AppleJSONError.outOfRange("revocationPercentage", "\(percentage) is not 0 to 100000 (milliunits of a percent)")
+        }
+        offerPeriod = try fields.string("offerPeriod")
+        appTransactionId = try fields.string("appTransactionId")
     }
+
+    /// The prices a transaction may carry, in milliunits: never negative, and far below where
+    /// sums and percentages of them could overflow (a trillion of any currency).
+    public static let prices: ClosedRange<Int64> = 0...999_999_999_999_999
 
     /// The transaction in the ledger's and the rules' terms, the same as verifyReceipt's.
     public var ledgerTransaction: Transaction {
@@ -132,6 +155,7 @@ public struct JWSTransaction: SignedPayload, Equatable {
     public var inAppOwnershipType: InAppOwnershipType? { rawInAppOwnershipType.flatMap(InAppOwnershipType.init(rawValue:)) }
     public var offerDiscountType: OfferDiscountType? { rawOfferDiscountType.flatMap(OfferDiscountType.init(rawValue:)) }
     public var transactionReason: TransactionReason? { rawTransactionReason.flatMap(TransactionReason.init(rawValue:)) }
+    public var revocationType: RevocationType? { rawRevocationType.flatMap(RevocationType.init(rawValue:)) }
     /// Production or the sandbox; nil for Xcode's and local testing's, and for none.
     public var environment: AppleEnvironment? { rawEnvironment.flatMap(AppleEnvironment.init(rawValue:)) }
 }

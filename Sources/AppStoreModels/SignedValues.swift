@@ -23,6 +23,16 @@ public enum OfferDiscountType: String, Sendable, CaseIterable {
     case payUpFront = "PAY_UP_FRONT"
 }
 
+/// `revocationType`: how a revoked transaction's money went (Apple added it in 2025).
+public enum RevocationType: String, Sendable, CaseIterable {
+    /// The whole price went back to the customer.
+    case refundFull = "REFUND_FULL"
+    /// `revocationPercentage` of the price went back.
+    case refundProrated = "REFUND_PRORATED"
+    /// The family organizer stopped sharing: no money moved.
+    case familyRevoke = "FAMILY_REVOKE"
+}
+
 /// `transactionReason`: a customer's purchase, or the App Store's renewal.
 public enum TransactionReason: String, Sendable, CaseIterable {
     case purchase = "PURCHASE"

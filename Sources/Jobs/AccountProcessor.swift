@@ -99,7 +99,7 @@ struct AccountProcessor: Sendable {
         var ledger = union.map {
             LedgerEntry(
                 accountId: work.accountId, transaction: $0.transaction, environment: $0.environment, source: LedgerSource($0.source),
-                price: $0.price)
+                signed: $0.signed)
         }
         let isVerified = counts.outcome == .verified && !work.receipts.isEmpty
         // Rows the account's last full verification already wrote are not sent again, within

@@ -138,10 +138,12 @@ struct NotificationProcessor: Sendable {
             let environment = AppleEnvironment(appleName: transaction.rawEnvironment ?? payload.rawEnvironment) ?? .production
             try await tx.upsertLedger([LedgerEntry(
                 accountId: account, transaction: transaction.ledgerTransaction, environment: environment, source: .notificationV2,
-                price: transaction.signedPrice)])
+                signed: transaction.signedTerms)])
             // Only Apple's signed word clears a refund: a reversal whose transaction no longer carries one.
             if payload.notificationType == .refundReversed && transaction.revocationDate == nil {
-                try await tx.clearRevocation(transactionId: transaction.transactionId, source: .notificationV2)
+                // Dated when Apple reversed it: the notification's signedDate (verified), else its transaction's.
+                let reversedAt = payload.signedDate ?? transaction.signedDate ?? tx.now
+                try await tx.clearRevocation(transactionId: transaction.transactionId, source: .notificationV2, reversedAt: reversedAt)
             }
         }
         try await tx.record(.applied, accountId: account)

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CivilCalendar
 import CommandLineValues
 import Foundation
 import Postgres
@@ -9,14 +10,17 @@ import Storage
 struct ExportFinanceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "export-finance",
-        abstract: "Writes the finance audit CSV of purchases, renewals and refunds in a period.",
+        abstract: "Writes the finance audit CSV: the journal of money as it moved in a period.",
         discussion: """
-            RFC 4180, UTF-8, a header row, one row per event with its time in [--from, --to) (UTC), ordered by \
-            event time then transaction id. Events: purchase (transaction_id = original_transaction_id), renewal \
-            (the other transactions of subscriptions), refund (cancellation in the period with reason 0 or 1, \
-            not an upgrade: an upgrade is not a refund). Price and currency come from iap.products. Sandbox \
-            transactions are left out unless --include-sandbox. Written to a temporary file and renamed, so \
-            --output never holds half an export.
+            RFC 4180, UTF-8, a header row, one row per event of the finance journal whose own time is in [--from, --to) \
+            (UTC), ordered by event time then transaction id. Events: purchase, renewal, refund (money back: full, or \
+            prorated by Apple's revocationPercentage), refund_reversal (Apple reversed a refund; dated when it did). \
+            amount is what moved, in milliunits written as a decimal, negative when it went back to the customer; \
+            price is the list price (Apple's signed price, else iap.products). The journal is append-only: a closed \
+            period keeps its rows, and a reversal appears in the period of its own time. --as-of lists only what was \
+            recorded by then, so an earlier export is made again byte for byte; without it, the export is as of when \
+            it started, which it logs. Sandbox transactions are left out unless --include-sandbox. Written to a \
+            temporary file and renamed, so --output never holds half an export. See docs/reports.md.
             """
     )
 
@@ -29,11 +33,21 @@ struct ExportFinanceCommand: AsyncParsableCommand {
     @Option(help: "End of the period, excluded.")
     var to: String
 
+    @Option(help: ArgumentHelp(
+        "Only events recorded at or before this time (ISO 8601): reproduces an export made then.",
+        discussion: "Default: the time the export starts, logged as finance.as_of."))
+    var asOf: String?
+
     @Option(help: "File to write (default: stdout).")
     var output: String?
 
     @Flag(help: "Include sandbox transactions.")
     var includeSandbox = false
+
+    @Flag(help: ArgumentHelp(
+        "Print per currency and event the count and the amount, and the net.",
+        discussion: "On stdout; the CSV is then written only with --output."))
+    var summary = false
 
     @Flag(help: ArgumentHelp(
         "Write every cell as it is, for machine readers.",
@@ -44,6 +58,7 @@ struct ExportFinanceCommand: AsyncParsableCommand {
         guard let start = CommandLineTime.parse(from) else { throw ValidationError("--from: not an ISO 8601 date or time: \(from)") }
         guard let end = CommandLineTime.parse(to) else { throw ValidationError("--to: not an ISO 8601 date or time: \(to)") }
         guard start < end else { throw ValidationError("--from must be before --to") }
+        if let asOf, CommandLineTime.parse(asOf) == nil { throw ValidationError("--as-of: not an ISO 8601 date or time: \(asOf)") }
     }
 
     func run() async throws {
@@ -52,19 +67,36 @@ struct ExportFinanceCommand: AsyncParsableCommand {
         let logger = logging.bootstrap()
         try await runReportingErrors(logger: logger) {
             let connection = try await PostgresConnection.connect(try database.connectionString())
-            let sink = try CSVSink(path: output)
+            let asOf: Date
+            if let given = self.asOf.flatMap(CommandLineTime.parse) {
+                asOf = given
+            } else {
+                asOf = try await FinanceLedger.recordedUntilNow(connection: connection)
+            }
+            let writesCSV = !summary || output != nil
+            let sink = try writesCSV ? CSVSink(path: output) : nil
+            var totals = FinanceSummary()
             do {
-                try sink.write(CSV.row(FinanceReport.columns))
+                try sink?.write(CSV.row(FinanceReport.columns))
                 let rows = try await FinanceLedger.forEachEvent(
-                    connection: connection, from: start, to: end, includeSandbox: includeSandbox
+                    connection: connection, from: start, to: end, includeSandbox: includeSandbox, asOf: asOf
                 ) { event in
-                    try sink.write(CSV.row(FinanceReport.fields(event), formulaSafe: !rawCells))
+                    try sink?.write(CSV.row(FinanceReport.fields(event), formulaSafe: !rawCells))
+                    totals.add(event)
                 }
-                try sink.commit()
-                logger.info("finance.exported", metadata: ["finance.rows": "\(rows)", "finance.output": "\(output ?? "stdout")"])
+                try sink?.commit()
+                logger.info("finance.exported", metadata: [
+                    "finance.rows": "\(rows)", "finance.output": "\(writesCSV ? output ?? "stdout" : "none")",
+                    "finance.as_of": "\(Timestamp.format(asOf))",
+                ])
             } catch {
-                sink.discard()
+                sink?.discard()
                 throw error
+            }
+            if summary {
+                print("Finance journal \(Timestamp.format(start)) to \(Timestamp.format(end)), as of \(Timestamp.format(asOf))"
+                      + (includeSandbox ? ", sandbox included" : "") + ":")
+                print(totals.text(), terminator: "")
             }
             await connection.close()
         }

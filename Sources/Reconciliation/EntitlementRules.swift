@@ -9,8 +9,8 @@ public struct AccountTransaction: Sendable, Equatable {
     public var fromLatestReceiptInfo: Bool
     /// Which of Apple's sources said it.
     public var source: AppleSource = .verifyReceipt
-    /// Its own price, where signed data gave one.
-    public var price: Price? = nil
+    /// Its money terms, where signed data gave them.
+    public var signed: SignedTerms? = nil
 
     public var originalTransactionId: String { transaction.originalTransactionId ?? transaction.transactionId }
 }
@@ -60,7 +60,7 @@ public struct EntitlementRules: Sendable {
             for transaction in receipt.transactions {
                 offer(AccountTransaction(
                     transaction: transaction, environment: receipt.environment, fromLatestReceiptInfo: true, source: receipt.source,
-                    price: receipt.prices[transaction.transactionId]))
+                    signed: receipt.signedTerms[transaction.transactionId]))
             }
             for transaction in receipt.receiptTransactions {
                 offer(AccountTransaction(

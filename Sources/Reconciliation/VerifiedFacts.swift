@@ -38,7 +38,8 @@ public struct VerifiedFacts: Sendable {
     public var environment: AppleEnvironment
     public var source: AppleSource
     /// Each transaction's own price, by transaction id, where signed data gave one.
-    public var prices: [String: Price] = [:]
+    /// What signed transactions say of their money, by transaction id.
+    public var signedTerms: [String: SignedTerms] = [:]
     /// Products signed data says are consumables (`type`), which verifyReceipt drops once finished.
     public var consumableProducts: Set<String> = []
 
@@ -71,9 +72,39 @@ extension VerifiedFacts {
             renewals: renewalInfos.map(\.pendingRenewalInfo), environment: environment, source: .serverAPI)
         for transaction in signedTransactions {
             if transaction.type == .consumable { consumableProducts.insert(transaction.productId) }
-            if let price = transaction.signedPrice { prices[transaction.transactionId] = price }
+            signedTerms[transaction.transactionId] = transaction.signedTerms
         }
     }
+}
+
+/// What a signed transaction says of its money and of what the money meant, kept raw in the
+/// ledger for the finance journal (docs/reports.md, "The finance journal"). verifyReceipt says
+/// none of it.
+public struct SignedTerms: Sendable, Equatable {
+    /// The price Apple recorded at the purchase, when it gave both the amount and its currency.
+    public var price: Price?
+    /// `REFUND_FULL`, `REFUND_PRORATED`, `FAMILY_REVOKE`, as Apple wrote it.
+    public var rawRevocationType: String?
+    /// Milliunits of a percent, 0...100000 (checked where it is decoded).
+    public var revocationPercentage: Int?
+    public var rawOfferDiscountType: String?
+    public var offerPeriod: String?
+    /// Apple's three-letter storefront.
+    public var storefront: String?
+    public var appTransactionId: String?
+
+    public init(price: Price? = nil, rawRevocationType: String? = nil, revocationPercentage: Int? = nil, rawOfferDiscountType: String? = nil,
+                offerPeriod: String? = nil, storefront: String? = nil, appTransactionId: String? = nil) {
+        self.price = price
+        self.rawRevocationType = rawRevocationType
+        self.revocationPercentage = revocationPercentage
+        self.rawOfferDiscountType = rawOfferDiscountType
+        self.offerPeriod = offerPeriod
+        self.storefront = storefront
+        self.appTransactionId = appTransactionId
+    }
+
+    public var revocationType: RevocationType? { rawRevocationType.flatMap(RevocationType.init(rawValue:)) }
 }
 
 extension JWSTransaction {
@@ -81,6 +112,13 @@ extension JWSTransaction {
     public var signedPrice: Price? {
         guard let price, let currency else { return nil }
         return Price(milliunits: price, currency: currency)
+    }
+
+    /// Its money terms, as signed.
+    public var signedTerms: SignedTerms {
+        SignedTerms(
+            price: signedPrice, rawRevocationType: rawRevocationType, revocationPercentage: revocationPercentage,
+            rawOfferDiscountType: rawOfferDiscountType, offerPeriod: offerPeriod, storefront: storefront, appTransactionId: appTransactionId)
     }
 }
 

@@ -215,8 +215,8 @@ public struct NotificationWrite {
         try await ledger.upsertLedger(entries)
     }
 
-    public func clearRevocation(transactionId: String, source: LedgerSource) async throws {
-        try await ledger.clearRevocation(transactionId: transactionId, source: source)
+    public func clearRevocation(transactionId: String, source: LedgerSource, reversedAt: Date) async throws {
+        try await ledger.clearRevocation(transactionId: transactionId, source: source, reversedAt: reversedAt)
     }
 }
 

@@ -133,18 +133,21 @@ extension ReconciliationStore {
     }
 
     /// Upserts transactions; a recorded cancellation is never cleared by an answer that omits it,
-    /// and an unchanged transaction is not rewritten.
+    /// and an unchanged transaction is not rewritten. The money events the new and changed rows
+    /// reveal go into the finance journal in the same transaction (Migrations/0020).
     public func upsertLedger(_ entries: [LedgerEntry]) async throws {
         var seen = Set<String>()
         let unique = entries.filter { seen.insert($0.transaction.transactionId).inserted }
         guard !unique.isEmpty else { return }
         let transactions = unique.map(\.transaction)
-        try await connection.execute("""
+        let signed = unique.map(\.signed)
+        let written: [String] = try await connection.query("""
             INSERT INTO iap.transactions AS t (
                 transaction_id, account_id, original_transaction_id, product_id, purchase_date, original_purchase_date,
                 expires_date, cancellation_date, cancellation_reason, is_upgraded, is_trial_period,
                 is_in_intro_offer_period, quantity, web_order_line_item_id, subscription_group_identifier,
-                offer_code_ref_name, promotional_offer_id, ownership_type, environment, price_milliunits, currency, source)
+                offer_code_ref_name, promotional_offer_id, ownership_type, environment, price_milliunits, currency, source,
+                revocation_type, revocation_percentage, offer_discount_type, offer_period, storefront, app_transaction_id)
             SELECT * FROM unnest(
                 \(PostgresArray(transactions.map(\.transactionId)))::text[],
                 \(PostgresArray(unique.map(\.accountId)))::text[],
@@ -165,9 +168,15 @@ extension ReconciliationStore {
                 \(PostgresArray(transactions.map(\.promotionalOfferId)))::text[],
                 \(PostgresArray(transactions.map(\.inAppOwnershipType)))::text[],
                 \(PostgresArray(unique.map(\.environment.rawValue)))::text[],
-                \(PostgresArray(unique.map(\.price?.milliunits)))::bigint[],
-                \(PostgresArray(unique.map(\.price?.currency)))::text[],
-                \(PostgresArray(unique.map(\.source.rawValue)))::text[])
+                \(PostgresArray(signed.map { $0?.price?.milliunits }))::bigint[],
+                \(PostgresArray(signed.map { $0?.price?.currency }))::text[],
+                \(PostgresArray(unique.map(\.source.rawValue)))::text[],
+                \(PostgresArray(signed.map { $0?.rawRevocationType }))::text[],
+                \(PostgresArray(signed.map { $0?.revocationPercentage }))::integer[],
+                \(PostgresArray(signed.map { $0?.rawOfferDiscountType }))::text[],
+                \(PostgresArray(signed.map { $0?.offerPeriod }))::text[],
+                \(PostgresArray(signed.map { $0?.storefront }))::text[],
+                \(PostgresArray(signed.map { $0?.appTransactionId }))::text[])
             ON CONFLICT (transaction_id) DO UPDATE SET
                 product_id                    = EXCLUDED.product_id,
                 original_transaction_id       = COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
@@ -189,12 +198,19 @@ extension ReconciliationStore {
                 price_milliunits              = COALESCE(EXCLUDED.price_milliunits, t.price_milliunits),
                 currency                      = COALESCE(EXCLUDED.currency, t.currency),
                 source                        = EXCLUDED.source,
+                revocation_type               = COALESCE(EXCLUDED.revocation_type, t.revocation_type),
+                revocation_percentage         = COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage),
+                offer_discount_type           = COALESCE(EXCLUDED.offer_discount_type, t.offer_discount_type),
+                offer_period                  = COALESCE(EXCLUDED.offer_period, t.offer_period),
+                storefront                    = COALESCE(EXCLUDED.storefront, t.storefront),
+                app_transaction_id            = COALESCE(EXCLUDED.app_transaction_id, t.app_transaction_id),
                 updated_at                    = now()
             WHERE (t.product_id, t.original_transaction_id, t.purchase_date, t.original_purchase_date, t.expires_date,
                    t.cancellation_date, t.cancellation_reason, t.is_upgraded, t.is_trial_period,
                    t.is_in_intro_offer_period, t.quantity, t.web_order_line_item_id, t.subscription_group_identifier,
                    t.offer_code_ref_name, t.promotional_offer_id, t.ownership_type, t.environment,
-                   t.price_milliunits, t.currency)
+                   t.price_milliunits, t.currency, t.revocation_type, t.revocation_percentage, t.offer_discount_type,
+                   t.offer_period, t.storefront, t.app_transaction_id)
                IS DISTINCT FROM
                   (EXCLUDED.product_id, COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
                    COALESCE(EXCLUDED.purchase_date, t.purchase_date),
@@ -210,15 +226,27 @@ extension ReconciliationStore {
                    COALESCE(EXCLUDED.offer_code_ref_name, t.offer_code_ref_name),
                    COALESCE(EXCLUDED.promotional_offer_id, t.promotional_offer_id),
                    COALESCE(EXCLUDED.ownership_type, t.ownership_type), COALESCE(EXCLUDED.environment, t.environment),
-                   COALESCE(EXCLUDED.price_milliunits, t.price_milliunits), COALESCE(EXCLUDED.currency, t.currency))
-            """)
+                   COALESCE(EXCLUDED.price_milliunits, t.price_milliunits), COALESCE(EXCLUDED.currency, t.currency),
+                   COALESCE(EXCLUDED.revocation_type, t.revocation_type),
+                   COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage),
+                   COALESCE(EXCLUDED.offer_discount_type, t.offer_discount_type), COALESCE(EXCLUDED.offer_period, t.offer_period),
+                   COALESCE(EXCLUDED.storefront, t.storefront), COALESCE(EXCLUDED.app_transaction_id, t.app_transaction_id))
+            RETURNING t.transaction_id
+            """).map { try $0.decode("transaction_id") }
+        guard !written.isEmpty else { return }
+        try await connection.execute("SELECT iap.record_finance_events(\(written)::text[])")
     }
 
     /// Clears a transaction's refund: only when Apple's signed data says it was reversed (a V2
     /// REFUND_REVERSED whose signed transaction has no revocationDate). Other writes never clear one.
-    public func clearRevocation(transactionId: String, source: LedgerSource) async throws {
+    /// The finance journal records the reversal at `reversedAt` (the notification's signedDate) in
+    /// the same transaction; the refund stays in its own month.
+    public func clearRevocation(transactionId: String, source: LedgerSource, reversedAt: Date) async throws {
+        try await connection.execute("SELECT iap.record_refund_reversal(\(transactionId), \(reversedAt))")
         try await connection.execute("""
-            UPDATE iap.transactions SET cancellation_date = NULL, cancellation_reason = NULL, source = \(source.rawValue), updated_at = now()
+            UPDATE iap.transactions
+            SET cancellation_date = NULL, cancellation_reason = NULL, revocation_type = NULL, revocation_percentage = NULL,
+                source = \(source.rawValue), updated_at = now()
             WHERE transaction_id = \(transactionId) AND (cancellation_date IS NOT NULL OR cancellation_reason IS NOT NULL)
             """)
     }

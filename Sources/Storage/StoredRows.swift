@@ -95,21 +95,21 @@ public struct LedgerEntry: Sendable {
     public var environment: AppleEnvironment
     /// Who wrote the row: `iap.transactions.source`.
     public var source: LedgerSource
-    /// The transaction's own price, where Apple's signed data gave it.
-    public var price: Price?
+    /// The transaction's money terms (its own price, how it was revoked), where Apple's signed data gave them.
+    public var signed: SignedTerms?
 
-    public init(accountId: String, transaction: Transaction, environment: AppleEnvironment, source: LedgerSource, price: Price? = nil) {
+    public init(accountId: String, transaction: Transaction, environment: AppleEnvironment, source: LedgerSource, signed: SignedTerms? = nil) {
         self.accountId = accountId
         self.transaction = transaction
         self.environment = environment
         self.source = source
-        self.price = price
+        self.signed = signed
     }
 
     /// The meaning of the digest. Raise it whenever the ledger's columns or what the run writes
     /// into them change: every stored digest then differs, and each account's ledger is rewritten
     /// once by its next run.
-    public static let digestVersion = 3  // 3: the renewal state is part of what is written
+    public static let digestVersion = 4  // 3: the renewal state is part of what is written; 4: the signed money terms
 
     /// FNV-1a (64 bits) over the digest's version, the account's ledger refresh window and every
     /// column the ledger upsert writes, in order: the same rows give the same digest in every
@@ -146,8 +146,13 @@ public struct LedgerEntry: Sendable {
             mix(transaction.offerCodeRefName)
             mix(transaction.promotionalOfferId)
             mix(transaction.inAppOwnershipType)
-            mix(entry.price?.milliunits)
-            mix(entry.price?.currency)
+            mix(entry.signed?.price?.milliunits)
+            mix(entry.signed?.price?.currency)
+            for text in [entry.signed?.rawRevocationType, entry.signed?.rawOfferDiscountType, entry.signed?.offerPeriod,
+                         entry.signed?.storefront, entry.signed?.appTransactionId] {
+                mix(text)
+            }
+            mix(entry.signed?.revocationPercentage)
         }
         for renewal in renewals {
             let info = renewal.info

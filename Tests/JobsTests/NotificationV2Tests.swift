@@ -87,10 +87,12 @@ import TestSupport
             // The refund is in the finance CSV with the transaction's own price (no catalog entry exists).
             var events: [FinanceEvent] = []
             _ = try await FinanceLedger.forEachEvent(connection: world.connection, from: Date().addingTimeInterval(-86_400),
-                                                     to: Date().addingTimeInterval(86_400), includeSandbox: false) { events.append($0) }
+                                                     to: Date().addingTimeInterval(86_400), includeSandbox: false, asOf: Date()) { events.append($0) }
             let refund = try #require(events.first { $0.kind == .refund })
             #expect([refund.accountId, refund.productId] == ["gamer", "coins.100"])
-            #expect([refund.environment, refund.price, refund.currency] == ["Production", "0.99", "EUR"])
+            #expect([refund.environment, refund.currency] == ["Production", "EUR"])
+            // The signed price, and the money back: all of it (no revocationType).
+            #expect(refund.price == 990 && refund.amount == -990 && refund.amountSource == .signed)
             // The same run re-verified the account with Apple.
             #expect(summary.accountsProcessed == 1)
         }

@@ -40,18 +40,33 @@ import Testing
 /// one timestamp format, flags and numbers as text, absent values empty.
 @Suite struct FinanceReportTests {
     @Test func anEventBecomesItsCellsInTheContractsOrder() {
-        let refund = FinanceEvent(
+        var refund = FinanceEvent(
             kind: .refund, time: Date(timeIntervalSince1970: 1_763_199_000.5), accountId: "carol", productId: "lifetime",
             productType: "non_consumable", transactionId: "3000", originalTransactionId: "3000", webOrderLineItemId: nil,
             purchaseDate: Date(timeIntervalSince1970: 1_762_000_000), expiresDate: nil,
             cancellationDate: Date(timeIntervalSince1970: 1_763_199_000.5), cancellationReason: 1, quantity: 1,
             isTrialPeriod: false, isInIntroOfferPeriod: nil, offerCodeRefName: nil, promotionalOfferId: nil,
-            ownershipType: "PURCHASED", environment: "Production", price: "49.99", currency: "USD")
-        #expect(FinanceReport.columns.count == 21)
+            ownershipType: "PURCHASED", environment: "Production", price: 59_990, currency: "USD",
+            recordedAt: Date(timeIntervalSince1970: 1_763_300_000.25))
+        refund.amount = -43_493
+        refund.amountSource = .signed
+        refund.revocationType = "REFUND_PRORATED"
+        refund.revocationPercentage = 72_500
+        refund.storefront = "USA"
+        #expect(FinanceReport.columns.count == 27)
         #expect(FinanceReport.fields(refund) == [
             "refund", "2025-11-15T09:30:00.500Z", "carol", "lifetime", "non_consumable", "3000", "3000", nil,
             "2025-11-01T12:26:40.000Z", nil, "2025-11-15T09:30:00.500Z", "1", "1", "false", nil, nil, nil, "PURCHASED",
-            "Production", "49.99", "USD",
+            "Production", "59.99", "USD", "-43.493", "signed", "REFUND_PRORATED", "72500", "USA", "2025-11-16T13:33:20.250Z",
         ])
+    }
+
+    /// Money as text, by hand: milliunits to plain decimals, at most three places, no exponent.
+    @Test(arguments: [
+        (Int64(0), "0"), (59_990, "59.99"), (-16_500, "-16.5"), (230_000, "230"), (1, "0.001"), (-1, "-0.001"), (10, "0.01"),
+        (1_000_001, "1000.001"), (Int64.max, "9223372036854775.807"), (Int64.min, "-9223372036854775.808"),
+    ])
+    func moneyIsWrittenAsPlainDecimals(milliunits: Int64, text: String) {
+        #expect(MoneyText.decimal(milliunits: milliunits) == text)
     }
 }

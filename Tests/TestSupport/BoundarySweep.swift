@@ -199,7 +199,8 @@ public enum BoundarySweep {
             ("revocationDate", number("1699500000000")), ("isUpgraded", .scalar("false")), ("offerType", number("1")),
             ("offerIdentifier", text("intro")), ("offerDiscountType", text("PAY_AS_YOU_GO")), ("storefront", text("USA")),
             ("storefrontId", text("143441")), ("transactionReason", text("PURCHASE")), ("environment", text("Sandbox")),
-            ("price", number("9990")), ("currency", text("USD")),
+            ("price", number("9990")), ("currency", text("USD")), ("revocationType", text("REFUND_PRORATED")),
+            ("revocationPercentage", number("72500")), ("offerPeriod", text("P1M")), ("appTransactionId", text("704289572")),
         ]))
 
     public static let signedRenewalInfo = Document(name: "signed renewal info", root: .object([
