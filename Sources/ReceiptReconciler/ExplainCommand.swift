@@ -233,6 +233,15 @@ enum ExplainOutput {
                 + "three times before it was matched, so any of them may concern this account; "
                 + "`receipt-reconciler backfill --retry-quarantined` processes them once the cause is fixed\n"
         }
+        out += "\nMoney (the finance journal), as it moved\n"
+        out += evidence.moneyEvents.isEmpty ? "  (none)\n" : table(
+            ["when", "event", "transaction", "product", "amount", "currency", "from", "revocation", "recorded"],
+            evidence.moneyEvents.map { event in
+                [time(event.time), event.kind.rawValue, event.transactionId, event.productId,
+                 event.amount.map(MoneyText.decimal(milliunits:)) ?? "-", event.currency ?? "-", event.amountSource.rawValue,
+                 event.revocationType.map { type in type + (event.revocationPercentage.map { " \($0)" } ?? "") } ?? "-",
+                 time(event.recordedAt)]
+            })
         return out
     }
 

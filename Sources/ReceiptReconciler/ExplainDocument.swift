@@ -17,10 +17,44 @@ struct ExplainDocument: Encodable {
     @Nullable var quarantine: Quarantine?
     let quarantinedNotificationIds: [Int64]
     let notifications: [Notification]
+    let money: [MoneyEvent]
 
     enum CodingKeys: String, CodingKey {
         case accountId = "account_id", asOf = "as_of", standing, decisions, receipts, ledger, renewals, corrections, quarantine
-        case quarantinedNotificationIds = "quarantined_notification_ids", notifications
+        case quarantinedNotificationIds = "quarantined_notification_ids", notifications, money
+    }
+
+    /// One event of the finance journal; amounts as money text, as the CSV writes them.
+    struct MoneyEvent: Encodable {
+        let event: String
+        let eventTime: Date
+        let transactionId: String
+        let productId: String
+        @Nullable var amount: String?
+        @Nullable var currency: String?
+        let amountSource: String
+        @Nullable var revocationType: String?
+        @Nullable var revocationPercentage: Int?
+        let recordedAt: Date
+
+        enum CodingKeys: String, CodingKey {
+            case event, eventTime = "event_time", transactionId = "transaction_id", productId = "product_id", amount, currency
+            case amountSource = "amount_source", revocationType = "revocation_type", revocationPercentage = "revocation_percentage"
+            case recordedAt = "recorded_at"
+        }
+
+        init(_ event: FinanceEvent) {
+            self.event = event.kind.rawValue
+            eventTime = event.time
+            transactionId = event.transactionId
+            productId = event.productId
+            amount = event.amount.map(MoneyText.decimal(milliunits:))
+            currency = event.currency
+            amountSource = event.amountSource.rawValue
+            revocationType = event.revocationType
+            revocationPercentage = event.revocationPercentage
+            recordedAt = event.recordedAt
+        }
     }
 
     init(_ evidence: AccountEvidence, _ decisions: [ProductDecision], now: Date) {
@@ -35,6 +69,7 @@ struct ExplainDocument: Encodable {
         quarantine = evidence.quarantine.map { Quarantine(since: $0.since, reason: $0.reason) }
         quarantinedNotificationIds = evidence.quarantinedNotificationIds
         notifications = evidence.notifications.map(Notification.init)
+        money = evidence.moneyEvents.map(MoneyEvent.init)
     }
 
     struct Standing: Encodable {

@@ -115,6 +115,8 @@ public struct AccountEvidence: Sendable {
     /// Every quarantined notification, of any account: one was never matched, so any of them
     /// may concern this account.
     public var quarantinedNotificationIds: [Int64] = []
+    /// The account's money events in the finance journal, in the order they happened.
+    public var moneyEvents: [FinanceEvent] = []
 
     /// An account set aside: verifying it stopped the process three times in a row.
     public struct Quarantine: Sendable, Equatable {

@@ -94,6 +94,7 @@ public struct EvidenceStore: Sendable {
                 SELECT quarantined_at, quarantine_reason FROM iap.unfinished_accounts
                 WHERE account_id = \(accountId) AND quarantined_at IS NOT NULL
                 """).first.map { AccountEvidence.Quarantine(since: try $0.decode("quarantined_at"), reason: try $0.decode("quarantine_reason")) }
+            evidence.moneyEvents = try await FinanceLedger.events(accountId: accountId, connection: connection)
             evidence.quarantinedNotificationIds = try await connection.query("""
                 SELECT id FROM iap.notifications WHERE quarantined_at IS NOT NULL ORDER BY id
                 """).map { try $0.decode("id") }

@@ -291,6 +291,19 @@ import TestSupport
             #expect(lines.contains(["EUR", "refund_reversal", "1", "0.99"]), "\(result.stdout)")
             #expect(lines.contains(["EUR", "net", "0.99"]), "\(result.stdout)")
             #expect(!result.stdout.contains("event,event_time"), "no CSV without --output")
+
+            // Support sees the same money in explain, as text and as JSON.
+            let explained = try await CLIProcess.run(["explain", "gamer"], environment: ["DATABASE_URL": world.database.connectionString])
+            let money = try #require(explained.stdout.components(separatedBy: "\nMoney (the finance journal), as it moved\n").last)
+            #expect(money.contains("refund_reversal") && money.contains("-0.99") && money.contains("signed"), "\(explained.stdout)")
+            let json = try await CLIProcess.run(["explain", "gamer", "--json"], environment: ["DATABASE_URL": world.database.connectionString])
+            let document = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+            // The consumable's history; the lifetime purchase (90) beside it has no price anywhere: its amount is null.
+            let all = try #require(document["money"] as? [[String: Any]])
+            #expect(all.contains { $0["transaction_id"] as? String == "90" && $0["amount"] is NSNull && $0["amount_source"] as? String == "none" })
+            let events = all.filter { $0["transaction_id"] as? String == "91" }
+            #expect(events.map { $0["event"] as? String } == ["purchase", "refund", "refund_reversal"])
+            #expect(events.map { $0["amount"] as? String } == ["0.99", "-0.99", "0.99"])
         }
     }
 }

@@ -204,6 +204,10 @@ extension RunWorld {
     @Test func theRunLockOutlivesALostConnection() async throws {
         try await RunWorld.with("lock-retaken", scenario: ["latency_ms": 40]) { world in
             try await world.populateOrdinaryAccounts(40)
+            // The simulator answers 20 requests, then holds every later one until released: the
+            // run cannot end (and free its lock) before the second run has been refused, however
+            // loaded the machine. It was a race with a 40 ms latency, lost under a busy suite.
+            try await world.simulator.hold(after: 20)
             async let result = world.run(world.slowOptions())
             try await world.waitForACommittedBatch()
             let lockHolder = try await world.lockHolder()
@@ -215,6 +219,7 @@ extension RunWorld {
             let second = try await world.database.connect()
             #expect(try await RunLock.tryAcquire(second, shard: nil) == false, "a second run must be refused")
             await second.close()
+            try await world.simulator.release()
             let (summary, ending) = try await result
             #expect(ending == .completed)
             #expect(summary.correctionsApplied == 40)
