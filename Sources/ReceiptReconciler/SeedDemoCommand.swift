@@ -386,9 +386,7 @@ extension DemoWorld {
                 "data": ["bundleId": "com.example.app", "appAppleId": 1_234_567_890, "environment": "Production", "transactionInfo": [
                     "transactionId": purchase, "originalTransactionId": purchase, "productId": "coins.100", "type": "Consumable",
                     "quantity": 3, "price": 2970, "currency": "EUR", "purchaseDate": nowMs - 86_400_000,
-                    "revocationDate": nowMs - 2 * 3_600_000, "revocationReason": 1, "storefront": "FRA",
-                    // Half of it back: the finance journal's prorated refund (-1.485 EUR, not -2.97).
-                    "revocationType": "REFUND_PRORATED", "revocationPercentage": 50_000,
+                    "revocationDate": nowMs - 2 * 3_600_000, "revocationReason": 1,
                 ] as [String: Any]] as [String: Any],
             ] as [String: Any]]
         }
