@@ -276,6 +276,29 @@ import TestSupport
         }
     }
 
+    /// Signed by the simulator, as a V2 REFUND brings it through a run: Apple gave back 72.5 % of
+    /// 0.99 EUR. 990 x 0.725 = 717.75 milliunits, half away from zero: 718, so -0.718 in the CSV,
+    /// with Apple's raw type and percentage and the storefront beside it.
+    @Test func aProratedRefundSignedBySimulatorReachesTheCSVAsMoneyMoved() async throws {
+        try await RunWorld.with("journal-prorated") { world in
+            try await NotificationV2Tests.gamer(world)
+            var transaction = NotificationV2Tests.consumable("91", world: world, revokedAt: world.nowMs - 3_600_000)
+            transaction["revocationType"] = "REFUND_PRORATED"
+            transaction["revocationPercentage"] = 72_500
+            transaction["storefront"] = "FRA"
+            #expect(try await NotificationV2Tests.ingest(world, [try NotificationV2Tests.body("REFUND", transaction: transaction)]) == 1)
+            _ = try await world.run(NotificationV2Tests.options(world))
+            let result = try await CLIProcess.run(["export-finance"] + Self.period(world), environment: ["DATABASE_URL": world.database.connectionString])
+            let refund = try #require(result.stdout.components(separatedBy: "\r\n").first { $0.hasPrefix("refund,") }, "\(result.stdout)")
+            #expect(refund.contains(",0.99,EUR,-0.718,signed,REFUND_PRORATED,72500,FRA,"), "\(refund)")
+            // The ledger keeps Apple's raw values.
+            let row = try await world.connection.query("SELECT revocation_type, revocation_percentage, storefront FROM iap.transactions WHERE transaction_id = '91'")[0]
+            #expect(try row.decode("revocation_type", as: String?.self) == "REFUND_PRORATED")
+            #expect(try row.decode("revocation_percentage", as: Int?.self) == 72_500)
+            #expect(try row.decode("storefront", as: String?.self) == "FRA")
+        }
+    }
+
     /// `--summary`: count and amount per currency and event, and the net: worked out by hand from
     /// the history (0.99 EUR bought, refunded, the refund reversed: net 0.99).
     @Test func theSummaryTiesOutPerCurrencyAndEvent() async throws {
