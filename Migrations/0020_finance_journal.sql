@@ -50,8 +50,9 @@ CREATE TABLE iap.finance_journal (
     UNIQUE (transaction_id, event, occurrence)
 );
 
+-- Exports read a period in order. An account's events (explain) are found through its ledger's
+-- transaction ids and the unique index: one index fewer to keep up on every night's inserts.
 CREATE INDEX finance_journal_event_time_idx ON iap.finance_journal (event_time, transaction_id);
-CREATE INDEX finance_journal_account_idx ON iap.finance_journal (account_id);
 
 -- Append-only, by the database: a closed period's figures cannot change after the fact.
 CREATE FUNCTION iap.finance_journal_is_append_only() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -49,7 +49,9 @@ public enum FinanceLedger {
     /// An account's money events, in the order they happened (`explain`).
     public static func events(accountId: String, connection: PostgresConnection) async throws -> [FinanceEvent] {
         try await connection.query("""
-            SELECT * FROM iap.finance_journal WHERE account_id = \(accountId) ORDER BY event_time, transaction_id, event, occurrence
+            SELECT * FROM iap.finance_journal
+            WHERE transaction_id IN (SELECT transaction_id FROM iap.transactions WHERE account_id = \(accountId)) AND account_id = \(accountId)
+            ORDER BY event_time, transaction_id, event, occurrence
             """).map(event)
     }
 
