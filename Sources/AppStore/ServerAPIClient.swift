@@ -4,7 +4,7 @@ import HTTP
 import Logging
 import Throttling
 
-/// The App Store Server API (contract section 9): Get Transaction History v2, followed while
+/// The App Store Server API (docs/apple.md, "The App Store Server API as the source"): Get Transaction History v2, followed while
 /// `hasMore`, and Get All Subscription Statuses, with the API's retry policy: 429 waits for its
 /// `Retry-After` (a UNIX time in milliseconds); 4040002, 4040004, 4040006, 5000001, 5000000 and
 /// other 5xx are retried with the same backoff and attempts as verifyReceipt; 4040010 (not found)
@@ -299,7 +299,7 @@ public final class ServerAPIClient: Sendable {
         return verdict
     }
 
-    /// The contract's table, for one answer.
+    /// The table of docs/apple.md, for one answer.
     static func classify(_ response: HTTPResponse, environment: AppleEnvironment, mayHop: Bool, now: Date = Date()) -> Verdict {
         if response.status == 200 { return .body(response.body) }
         let error = ServerAPIError.decode(response.body)

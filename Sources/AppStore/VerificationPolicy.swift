@@ -1,7 +1,7 @@
 import Foundation
 import Throttling
 
-/// How hard to try, and what counts as worth another try (contract section 4).
+/// How hard to try, and what counts as worth another try (docs/apple.md, "verifyReceipt").
 public struct VerificationPolicy: Sendable {
     /// Attempts per receipt, each of which may include one redirect hop.
     public var maximumAttempts: Int
@@ -43,7 +43,7 @@ public struct VerificationPolicy: Sendable {
         case final
     }
 
-    /// The contract's table: retried are 21100-21199 unless the retry flag says no, 21002, 21005
+    /// The table of docs/apple.md: retried are 21100-21199 unless the retry flag says no, 21002, 21005
     /// and 21009; final are 21000, 21003, 21004, 21010, 21100-21199 flagged not retryable, and
     /// every status Apple may invent later. Status 0 without a `receipt` is a partial answer, not
     /// an empty account: it is retried like 21002 (and fails if it persists), never verified.

@@ -4,7 +4,7 @@ import Logging
 import AppStoreModels
 import Throttling
 
-/// Verifies receipts with Apple's verifyReceipt endpoint as contract section 4 says: production
+/// Verifies receipts with Apple's verifyReceipt endpoint as docs/apple.md, "verifyReceipt" says: production
 /// first unless the environment is known, one redirect hop per attempt on 21007/21008, retries
 /// with backoff for Apple's and the network's trouble, and never a request for a blob that is
 /// not a receipt.

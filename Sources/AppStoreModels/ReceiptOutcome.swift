@@ -11,6 +11,6 @@ public enum ReceiptOutcome: String, Sendable, Codable, CodingKeyRepresentable, C
     /// Another app's receipt.
     case foreignBundle = "foreign_bundle"
     /// Its account stopped the process three times in a row: set aside, neither decoded nor sent,
-    /// until `backfill --retry-quarantined` (contract section 11).
+    /// until `backfill --retry-quarantined` (docs/guarantees.md, "Hostile input").
     case quarantined
 }

@@ -17,7 +17,7 @@ public struct ServerNotification: Sendable {
     public var originalTransactionId: String?
     public var unifiedReceipt: VerifyReceiptResponse
 
-    /// Why a body is not a usable notification (contract section 8: outcome `invalid`).
+    /// Why a body is not a usable notification (docs/notifications.md, "Server notifications (v1)": outcome `invalid`).
     public struct Invalid: Error, CustomStringConvertible {
         public var description: String
     }

@@ -1,6 +1,6 @@
 import Foundation
 
-/// The claims every signed payload is checked against (contract section 9): when it was signed,
+/// The claims every signed payload is checked against (docs/notifications.md, "Signed data and Server Notifications V2"): when it was signed,
 /// for which app, in which environment. Where a payload has none of them, nil.
 public struct SignedClaims: Sendable, Equatable {
     public var signedDate: Date?

@@ -1,7 +1,7 @@
 import Foundation
 import Reconciliation
 
-/// Where Apple's secrets and answers may travel (contract section 11).
+/// Where Apple's secrets and answers may travel (docs/guarantees.md, "Hostile input").
 public enum AppleURL {
     /// Why a URL was refused, in words for the operator.
     public struct Refused: Error, CustomStringConvertible {

@@ -42,7 +42,7 @@ struct AccountProcessor: Sendable {
         return result(work, verifications: verifications, counts: counts)
     }
 
-    /// The result of an account set aside (contract section 11): every receipt failed unread, as
+    /// The result of an account set aside (docs/guarantees.md, "Hostile input"): every receipt failed unread, as
     /// an oversize one is, so nothing is decoded, sent or planned, and nothing is revoked.
     func quarantined(_ work: AccountWork, reason: String) -> AccountResult {
         var counts = AccountOutcomeCounts(outcome: .failed)

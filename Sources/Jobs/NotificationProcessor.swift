@@ -6,7 +6,7 @@ import Reconciliation
 import SignedData
 import Storage
 
-/// Processes the stored App Store Server Notifications, v1 (contract section 8) and V2 (section 9),
+/// Processes the stored App Store Server Notifications, v1 and V2 (docs/notifications.md),
 /// oldest first, each in one transaction with its effects. Notifications are hints: they bring
 /// cancellations (and, from V2, prices) into the ledger and make the account's receipts due now,
 /// and Apple's answer in the same run decides the entitlements. Nothing of a V2 notification is
@@ -105,7 +105,7 @@ struct NotificationProcessor: Sendable {
         return Processed(type: type, label: type, outcome: .applied, account: account)
     }
 
-    /// A V2 notification (contract section 9): verified whole first, then as v1 with its one transaction.
+    /// A V2 notification (docs/notifications.md, "Signed data and Server Notifications V2"): verified whole first, then as v1 with its one transaction.
     private func processV2(_ pending: NotificationStore.Pending, signedPayload: String, _ tx: NotificationWrite) async throws -> Processed {
         let verified: VerifiedNotificationV2
         do {

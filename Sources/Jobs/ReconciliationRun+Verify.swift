@@ -70,7 +70,7 @@ extension ReconciliationRun {
     /// What the writer committed: the run's counts and how many batches.
     typealias Written = (summary: RunSummary, batches: Int)
 
-    /// Last, the suspects: accounts an earlier run died with in flight (contract section 11). Each
+    /// Last, the suspects: accounts an earlier run died with in flight (docs/guarantees.md, "Hostile input"). Each
     /// is verified alone, its start counted and committed first and its results committed before
     /// the next one starts, so a process that dies now dies on that account only; an account
     /// whose starts never finished three times in a row is set aside instead.

@@ -110,7 +110,7 @@ public struct RunLockLost: Error, CustomStringConvertible {
 }
 
 extension RunOptions {
-    /// What Apple's signed data must match in this run (contract section 9).
+    /// What Apple's signed data must match in this run (docs/apple.md, "The App Store Server API as the source").
     public var signedDataConfiguration: SignedDataVerifier.Configuration {
         SignedDataVerifier.Configuration(trustedRoots: appleRootCertificates, bundleIds: bundleIds, appAppleId: appAppleId)
     }

@@ -5,7 +5,7 @@ import Reconciliation
 import SignedData
 import Storage
 
-/// The App Store Server API as a source (`--source server-api`, contract section 9): the
+/// The App Store Server API as a source (`--source server-api`, docs/apple.md, "The App Store Server API as the source"): the
 /// account's original transaction ids, from its ledger (as its last verification left it), its
 /// stored entitlements and the local decode of its receipts (Apple's own migration path), each
 /// asked for its transaction history and its subscription statuses; every signed transaction and

@@ -9,7 +9,7 @@ import SignedData
 import Storage
 import Throttling
 
-/// Who the app is, for the checks on receipts and on Apple's signed data (contract section 9).
+/// Who the app is, for the checks on receipts and on Apple's signed data (docs/notifications.md, "Signed data and Server Notifications V2").
 struct AppIdentityOptions: ParsableArguments {
     @Option(name: .customLong("bundle-id"), help: ArgumentHelp(
         "The app's bundle id (repeatable; default: $APPLE_BUNDLE_ID and $APPSTORE_BUNDLE_ID, comma-separated). A receipt of another bundle is foreign_bundle, a failure for its account; signed data of another bundle is rejected (jws_invalid: bundle). With none, each receipt row's bundle_id is the app's, and signed data is rejected.",

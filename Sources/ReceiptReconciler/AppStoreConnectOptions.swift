@@ -9,7 +9,7 @@ import SignedData
 import Storage
 import Throttling
 
-/// The App Store Server API's configuration (contract section 9). The key file is read once;
+/// The App Store Server API's configuration (docs/apple.md, "The App Store Server API as the source"). The key file is read once;
 /// neither it nor the token made from it is ever printed.
 struct AppStoreConnectOptions: ParsableArguments {
     @Option(help: ArgumentHelp("App Store Connect issuer id (default: $APPSTORE_ISSUER_ID).", valueName: "id"))

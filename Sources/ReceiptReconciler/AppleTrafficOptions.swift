@@ -6,7 +6,7 @@ import Jobs
 import Throttling
 
 /// How the run talks to verifyReceipt: how much at once, how often, how long, where, with which
-/// secret (contract section 4).
+/// secret (docs/apple.md, "verifyReceipt").
 struct AppleTrafficOptions: ParsableArguments {
     @Option(help: "Apple requests in flight at once.")
     var concurrency = RunOptions.defaults.concurrency

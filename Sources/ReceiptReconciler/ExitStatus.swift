@@ -2,7 +2,7 @@ import ArgumentParser
 import Logging
 import Postgres
 
-/// The contract's exit statuses.
+/// The exit statuses (docs/operating.md, "Exit status").
 enum ExitStatus {
     static let completed = ExitCode(0)
     static let failed = ExitCode(1)

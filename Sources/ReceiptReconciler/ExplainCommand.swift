@@ -9,7 +9,7 @@ import Reconciliation
 import Storage
 
 /// `explain ACCOUNT`: the evidence behind every entitlement of one account, for support
-/// (contract section 10). From the database alone; the decision is re-made by the run's rules.
+/// (docs/explain.md). From the database alone; the decision is re-made by the run's rules.
 struct ExplainCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "explain",

@@ -21,7 +21,7 @@ struct ReceiptReconciler: AsyncParsableCommand {
         ]
     )
 
-    /// ArgumentParser's own `main`, but bad usage exits 2, as the contract says (not 64).
+    /// ArgumentParser's own `main`, but bad usage exits 2, as docs/operating.md says (not 64).
     static func main() async {
         do {
             var command = try parseAsRoot()

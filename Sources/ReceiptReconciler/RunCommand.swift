@@ -150,7 +150,7 @@ func disableCoreDumps() {
     _ = setrlimit(Int32(RLIMIT_CORE.rawValue), &none)
 }
 
-/// Connects, runs, reports, and maps the ending to the contract's exit status.
+/// Connects, runs, reports, and maps the ending to its exit status (docs/operating.md, "Exit status").
 func executeRun(_ options: RunOptions, common: RunCommandOptions, database: DatabaseOptions, logger: Logger) async throws {
     // From here on SIGTERM and SIGINT ask the run to stop; before, they end the process, which is
     // safe: nothing was written yet.

@@ -15,7 +15,7 @@ extension Shard: ExpressibleByArgument {}
 
 extension SandboxPolicy: ExpressibleByArgument {}
 
-/// Options common to `run` and `backfill` (contract section 2), one group per concern; what
+/// Options common to `run` and `backfill` (docs/configuration.md), one group per concern; what
 /// belongs to no group (which accounts, how many at a time, which source) stays here.
 struct RunCommandOptions: ParsableArguments {
     @OptionGroup var safety: SafetyOptions

@@ -3,7 +3,7 @@ import CommandLineValues
 import Jobs
 import Reconciliation
 
-/// What may be changed, and what stops the run from changing too much (contract section 6).
+/// What may be changed, and what stops the run from changing too much (docs/guarantees.md).
 struct SafetyOptions: ParsableArguments {
     @Flag(help: "Plan and report without changing any entitlement, receipt or ledger row.")
     var dryRun = false

@@ -5,7 +5,7 @@ import Jobs
 import AppStoreModels
 
 /// How much of Apple's App Store Server API quota the run may spend, and where notification
-/// history starts (contract section 10).
+/// history starts (docs/apple.md, "Apple's budget on the App Store Server API").
 struct ServerAPIBudgetOptions: ParsableArguments {
     @Option(help: ArgumentHelp(
         "The share of Apple's App Store Server API quota the job may use on each endpoint (history, statuses, notification-history); the rest stays with the app server's own calls. --shard K/N workers split it N ways.",

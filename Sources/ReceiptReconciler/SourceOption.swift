@@ -9,7 +9,7 @@ import SignedData
 import Storage
 import Throttling
 
-/// `--source`, as the contract spells it.
+/// `--source`, as docs/configuration.md spells it.
 enum SourceOption: String, ExpressibleByArgument, CaseIterable, Sendable {
     case verifyReceipt = "verify-receipt"
     case serverAPI = "server-api"

@@ -3,7 +3,7 @@
 /// Finance opens these files in a spreadsheet, where a cell starting with `=`, `+`, `-`, `@`, a
 /// tab or a carriage return is a live formula (`=HYPERLINK(...)` in an account id chosen by a
 /// customer). Such a cell that is not a number gets a leading `'` (OWASP's rule against formula
-/// injection, contract section 7); nothing else about a value changes. `formulaSafe: false` is
+/// injection, docs/reports.md, "Finance audit CSV"); nothing else about a value changes. `formulaSafe: false` is
 /// for machine readers (`export-finance --raw-cells`).
 public enum CSV {
     public static func field(_ value: String?, formulaSafe: Bool = true) -> String {

@@ -23,7 +23,7 @@ public enum SandboxPolicy: String, Sendable, CaseIterable {
     case deny
 }
 
-/// The entitlement rules of contract section 5, as pure functions of Apple's answers, the
+/// The entitlement rules of docs/guarantees.md, "Entitlement rules", as pure functions of Apple's answers, the
 /// catalog and one clock. No I/O: this is where the money is, and it is tested exhaustively.
 public struct EntitlementRules: Sendable {
     public var catalog: [String: Product]

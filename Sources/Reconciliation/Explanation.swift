@@ -2,7 +2,7 @@ import AppStoreModels
 import CivilCalendar
 import Foundation
 
-/// What the job stored about one account: the evidence `explain` shows (contract section 10).
+/// What the job stored about one account: the evidence `explain` shows (docs/explain.md).
 public struct AccountEvidence: Sendable {
     /// One stored receipt and what the job last learned of it.
     public struct Receipt: Sendable, Equatable {
@@ -110,7 +110,7 @@ public struct AccountEvidence: Sendable {
     public var entitlements: [Entitlement]
     public var corrections: [PastCorrection]
     public var notifications: [NotificationRecord]
-    /// When and why the account was set aside (contract section 11); nil when it is not.
+    /// When and why the account was set aside (docs/guarantees.md, "Hostile input"); nil when it is not.
     public var quarantine: Quarantine?
     /// Every quarantined notification, of any account: one was never matched, so any of them
     /// may concern this account.
@@ -316,7 +316,7 @@ public enum Explanation {
         }
     }
 
-    /// The rule behind a decision, in the words of contract section 5.
+    /// The rule behind a decision, in the words of docs/guarantees.md, "Entitlement rules".
     static func reasons(_ entitlement: Entitlement?, type: ProductType, transactions: [AccountTransaction],
                         renewals: [PendingRenewalInfo], now: Date) -> [String] {
         func time(_ date: Date?) -> String { date.map { Timestamp.format($0) } ?? "never" }

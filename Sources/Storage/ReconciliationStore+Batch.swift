@@ -134,14 +134,17 @@ extension ReconciliationStore {
 
     /// Upserts transactions; a recorded cancellation is never cleared by an answer that omits it,
     /// and an unchanged transaction is not rewritten. The money events the new and changed rows
-    /// reveal go into the finance journal in the same transaction (Migrations/0020).
+    /// reveal go into the finance journal in the same transaction (Migrations/0020): a new row's
+    /// sale (and refund), a changed row's refund. A row changed otherwise reveals no money (its
+    /// sale was recorded when it was new), so it is not looked up again: most rows a night
+    /// rewrites are of that kind, and the lookup doubled the journal's cost.
     public func upsertLedger(_ entries: [LedgerEntry]) async throws {
         var seen = Set<String>()
         let unique = entries.filter { seen.insert($0.transaction.transactionId).inserted }
         guard !unique.isEmpty else { return }
         let transactions = unique.map(\.transaction)
         let signed = unique.map(\.signed)
-        let written: [String] = try await connection.query("""
+        let rows = try await connection.query("""
             INSERT INTO iap.transactions AS t (
                 transaction_id, account_id, original_transaction_id, product_id, purchase_date, original_purchase_date,
                 expires_date, cancellation_date, cancellation_reason, is_upgraded, is_trial_period,
@@ -231,8 +234,12 @@ extension ReconciliationStore {
                    COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage),
                    COALESCE(EXCLUDED.offer_discount_type, t.offer_discount_type), COALESCE(EXCLUDED.offer_period, t.offer_period),
                    COALESCE(EXCLUDED.storefront, t.storefront), COALESCE(EXCLUDED.app_transaction_id, t.app_transaction_id))
-            RETURNING t.transaction_id
-            """).map { try $0.decode("transaction_id") }
+            RETURNING t.transaction_id, t.xmax = 0 AS inserted, t.cancellation_date IS NOT NULL AS cancelled
+            """)
+        // `xmax = 0`: the row was inserted, not updated (PostgreSQL's mark of an upsert's insert).
+        let written: [String] = try rows.compactMap { row in
+            try row.decode("inserted", as: Bool.self) || row.decode("cancelled", as: Bool.self) ? try row.decode("transaction_id") : nil
+        }
         guard !written.isEmpty else { return }
         try await connection.execute("SELECT iap.record_finance_events(\(written)::text[])")
     }

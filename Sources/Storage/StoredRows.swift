@@ -245,7 +245,7 @@ public enum LedgerSource: String, Sendable, CaseIterable {
     }
 }
 
-/// Which accounts a run takes (contract section 2).
+/// Which accounts a run takes (docs/configuration.md).
 public struct AccountSelection: Sendable {
     public enum Kind: Sendable {
         /// Receipts never verified or not since `staleAfter`, and not deferred into the future;

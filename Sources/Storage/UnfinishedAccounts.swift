@@ -2,7 +2,7 @@ import Foundation
 import Postgres
 import Reconciliation
 
-/// Poison accounts (contract section 11): the bookkeeping of `iap.unfinished_accounts`. A run marks
+/// Poison accounts (docs/guarantees.md, "Hostile input"): the bookkeeping of `iap.unfinished_accounts`. A run marks
 /// the accounts it reads before it works on them and clears each one in the transaction that
 /// commits its results, so an account left marked is one the process died with in flight. Those
 /// suspects are verified again one at a time, each start counted first; the third start in a row

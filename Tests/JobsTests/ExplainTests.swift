@@ -9,7 +9,7 @@ import TestSupport
 @Suite struct ExplainTests {
     static func day(_ date: Date) -> String { Timestamp.format(date) }
 
-    /// A world after one run: each account a case of contract section 5, with known truth.
+    /// A world after one run: each account a case of docs/guarantees.md, "Entitlement rules", with known truth.
     static func world(_ body: (RunWorld) async throws -> Void) async throws {
         try await RunWorld.with("explain") { world in
             let cancelled = world.nowMs - world.dayMs

@@ -7,7 +7,7 @@ import Storage
 import Testing
 import TestSupport
 
-/// Server notifications against real PostgreSQL and the simulator (contract section 8).
+/// Server notifications against real PostgreSQL and the simulator (docs/notifications.md, "Server notifications (v1)").
 @Suite struct NotificationTests {
     static func notification(_ type: String, password: String, original: String, transactions: [[String: Any]] = [],
                              environment: String = "PROD") -> String {

@@ -8,7 +8,7 @@ import Storage
 import Testing
 import TestSupport
 
-/// Server Notifications V2 against real PostgreSQL and the simulator (contract section 9), signed
+/// Server Notifications V2 against real PostgreSQL and the simulator (docs/notifications.md, "Signed data and Server Notifications V2"), signed
 /// by the simulator's own chain, which the run is told to trust.
 @Suite struct NotificationV2Tests {
     static let chain = try! SigningChain.create()

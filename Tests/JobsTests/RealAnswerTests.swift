@@ -6,7 +6,7 @@ import TestSupport
 
 /// A run over Apple's real answers (`Tests/Fixtures/verify-responses`, served by the simulator
 /// for given blobs) lands what those answers say. Every expected value below was read by hand
-/// from the answer files and their PROVENANCE.md entries, with contract section 5 applied by
+/// from the answer files and their PROVENANCE.md entries, with docs/guarantees.md, "Entitlement rules" applied by
 /// hand; none was copied from the job's output. The run's clock is today, so every subscription
 /// in these answers (2014-2021) has long expired.
 @Suite(.serialized) struct RealAnswerTests {

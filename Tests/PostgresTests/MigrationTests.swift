@@ -60,7 +60,7 @@ import TestSupport
         try await database.drop()
     }
 
-    /// Every table and column of contract section 3, with its type and nullability.
+    /// Every table and column of docs/database.md, with its type and nullability.
     static let contract: [String: [(column: String, type: String, nullable: Bool)]] = [
         "app_receipts": [
             ("id", "bigint", false), ("account_id", "text", false), ("bundle_id", "text", true),
@@ -147,7 +147,7 @@ import TestSupport
         try await connection.execute("INSERT INTO iap.app_receipts (account_id, latest_receipt) VALUES ('a', 'b')")
         let defaults = try await connection.query("SELECT created_at, updated_at FROM iap.app_receipts")
         #expect(try defaults[0].decode("created_at", as: Date?.self) != nil)
-        // The contract's closed vocabularies are enforced.
+        // The closed vocabularies of docs/database.md are enforced.
         await #expect(throws: PostgresError.self) {
             try await connection.execute("""
                 INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, state, entitled, updated_at)

@@ -2,7 +2,7 @@ import Foundation
 import Reconciliation
 import Testing
 
-/// RFC 4180 quoting and contract section 7's rule against spreadsheet formulas.
+/// RFC 4180 quoting and docs/reports.md, "Finance audit CSV"'s rule against spreadsheet formulas.
 @Suite struct CSVTests {
     static let cells: [(String?, String, String)] = [
         // value, formula-safe, raw
@@ -36,7 +36,7 @@ import Testing
     }
 }
 
-/// The finance CSV's cells for one event: every column in the contract's order, dates in the
+/// The finance CSV's cells for one event: every column in docs/reports.md's order, dates in the
 /// one timestamp format, flags and numbers as text, absent values empty.
 @Suite struct FinanceReportTests {
     @Test func anEventBecomesItsCellsInTheContractsOrder() {

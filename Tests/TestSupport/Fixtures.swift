@@ -11,7 +11,7 @@ public enum Fixtures {
     }
 
     /// The App Store Connect test key copied to `url` with mode 0600: the job refuses a key file
-    /// that group or others can read (contract section 11), and a clone checks it out 0644.
+    /// that group or others can read (docs/guarantees.md, "Hostile input"), and a clone checks it out 0644.
     @discardableResult
     public static func privateKey(at url: URL) throws -> URL {
         try data("asapi/apple-lib/swift/certs/testSigningKey.p8").write(to: url)
