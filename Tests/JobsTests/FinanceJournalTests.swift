@@ -11,8 +11,9 @@ import TestSupport
 
 /// The finance journal (docs/reports.md, "The finance journal") against real PostgreSQL: Apple's
 /// real-shaped signed transactions go through the real decoder and the job's own ledger upsert,
-/// and the journal is read back. Every expected amount is worked out by hand in the table.
-@Suite struct FinanceJournalTests {
+/// and the journal is read back. Every expected amount is worked out by hand in the table. One
+/// case at a time: each makes a database of its own.
+@Suite(.serialized) struct FinanceJournalTests {
     /// Apple's own model of a signed transaction with a revocation (app-store-server-library-swift).
     static func fixture() throws -> [String: Any] {
         try JSONSerialization.jsonObject(with: Data(try Fixtures.bytes("asapi/apple-lib/swift/models/signedTransactionWithRevocation.json")))

@@ -11,7 +11,11 @@ import TestSupport
 /// - by the trusted chain: accepted, or rejected by a check whose reason names the field;
 /// - by a chain the verifier does not trust, or under a garbage `x5c`: rejected for the chain,
 ///   whatever the field holds, and no typed value is made of it (the verify-first rule).
-@Suite struct SignedBoundarySweepTests {
+///
+/// One case at a time (`.serialized`): each signs and verifies about a thousand payloads, and
+/// nine at once held both cores of a 2-core machine long enough for other tests' PostgreSQL
+/// connections to time out.
+@Suite(.serialized) struct SignedBoundarySweepTests {
     static let trusted = try! SigningChain.create()
     static let untrusted = try! SigningChain.create()
 
@@ -79,7 +83,11 @@ import TestSupport
         let verifier = try Self.verifier()
         var accepted = 0
         var wrong: [String] = []
-        for variant in try kind.document().variants {
+        // Under a chain it does not trust, the verifier reads nothing of the payload whatever it
+        // holds: every field with the values that ever trapped or confused a decoder is enough,
+        // and spares a chain verification per variant (a chain that fails is never cached).
+        let hostile: Set<String> = ["-2^63", "2^64", "1e400", "400 digits", "\"NaN\"", "string", "object", "null"]
+        for variant in try kind.document().variants where signer == .trusted || hostile.contains(variant.value.name) {
             let (failure, decoded) = await kind.verify(try signer.sign(variant.json), with: verifier)
             switch signer {
             case .trusted:
