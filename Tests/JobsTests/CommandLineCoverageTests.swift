@@ -33,7 +33,7 @@ import TestSupport
         "--limit": ["aDryRunAndAnAbortedRunSayNothingAndTheTextLayoutEscapes"],
         "--ledger-refresh": ["ledgerRefreshZeroHealsAnEditMadeOutsideTheJob"],
         "--log-format": ["aRunsReportAndLogsEscapeHostileIdsAndTypes"],
-        "--log-level": ["secretsNeverReachLogsOrReports"],
+        "--log-level": ["secretsNeverReachLogsOrReports", "theLogLevelFiltersWhatIsWritten"],
         "--max-attempts": ["maxAttemptsIsHowOftenAReceiptIsSent"],
         "--max-revoke-ratio": ["theRevokeRatioIsTheUsersAndCountsFromAHundredAccounts"],
         "--metrics-file": ["aRevokeRatioAbortExitsWith3"],

@@ -330,4 +330,21 @@ import TestSupport
             #expect(events.map { $0["amount"] as? String } == ["0.99", "-0.99", "0.99"])
         }
     }
+
+    /// `--log-level` filters what is written: `export-finance` says `finance.exported` at info, so
+    /// info and trace show it and warning does not; error still shows a failure's one error line.
+    @Test func theLogLevelFiltersWhatIsWritten() async throws {
+        try await RunWorld.with("log-level") { world in
+            let environment = ["DATABASE_URL": world.database.connectionString]
+            for (level, shown) in [("trace", true), ("info", true), ("warning", false), ("error", false)] {
+                let result = try await CLIProcess.run(["export-finance", "--log-level", level] + Self.period(world), environment: environment)
+                #expect(result.status == 0, "\(level): \(result.stderr)")
+                #expect(result.stderr.contains(" info finance.exported ") == shown, "\(level): \(result.stderr)")
+            }
+            let failing = try await CLIProcess.run(
+                ["export-finance", "--log-level", "error"] + Self.period(world),
+                environment: ["DATABASE_URL": "host=127.0.0.1 port=1 dbname=none user=none connect_timeout=2"])
+            #expect(failing.status == 1 && failing.stderr.contains(" error "), "\(failing.stderr)")
+        }
+    }
 }
