@@ -234,12 +234,8 @@ extension SimulatedAPIChain {
     /// world through both doors. Each synthetic receipt's answer becomes one chain per original
     /// transaction (its transactions and pending renewal info, in Apple's signed names).
     /// `disagreements` (original id -> `{"refund": true}` or `{"expires_shift_days": N}`) makes
-    /// the API deliberately disagree with verifyReceipt, for the demo and the tests. `signedTerms`
-    /// (transaction id -> signed fields, `{"price": 59990, "currency": "USD", "revocationType":
-    /// "REFUND_PRORATED", ...}`) adds what only signed data carries to that transaction.
-    static func chains(
-        fromReceipts blobs: [String], disagreements: [String: [String: Any]], signedTerms: [String: [String: Any]] = [:]
-    ) throws -> [String: SimulatedAPIChain] {
+    /// the API deliberately disagree with verifyReceipt, for the demo and the tests.
+    static func chains(fromReceipts blobs: [String], disagreements: [String: [String: Any]]) throws -> [String: SimulatedAPIChain] {
         var chains: [String: SimulatedAPIChain] = [:]
         for blob in blobs {
             // A blob that is no synthetic receipt (the demo's malformed one) has no API counterpart.
@@ -255,9 +251,7 @@ extension SimulatedAPIChain {
             let customer = byChain.keys.filter { !$0.isEmpty }.sorted().first
             for (original, items) in byChain {
                 guard !original.isEmpty else { continue }
-                var transactions = items.map(Self.signedTransaction).map { transaction in
-                    transaction.merging(signedTerms[transaction["transactionId"] as? String ?? ""] ?? [:]) { $1 }
-                }
+                var transactions = items.map(Self.signedTransaction)
                 let renewal = pending.first { ($0["original_transaction_id"]).map { "\($0)" } == original }.map(Self.signedRenewal)
                 if let twist = disagreements[original], let last = transactions.indices.max(by: {
                     (transactions[$0]["purchaseDate"] as? Int64 ?? 0) < (transactions[$1]["purchaseDate"] as? Int64 ?? 0)

@@ -66,8 +66,7 @@ public struct SimulationScenario: Sendable {
         apiNotifications = try (api["notifications"] as? [[String: Any]] ?? []).map { Array(try JSONSerialization.data(withJSONObject: $0)) }
         apiNotificationPageSize = max(1, api["notification_page_size"] as? Int ?? 20)
         let derived = try SimulatedAPIChain.chains(
-            fromReceipts: api["from_receipts"] as? [String] ?? [], disagreements: api["disagreements"] as? [String: [String: Any]] ?? [:],
-            signedTerms: api["signed_terms"] as? [String: [String: Any]] ?? [:])
+            fromReceipts: api["from_receipts"] as? [String] ?? [], disagreements: api["disagreements"] as? [String: [String: Any]] ?? [:])
         apiChains.merge(derived) { $1 }
         for (original, value) in api["chains"] as? [String: Any] ?? [:] {
             guard let spec = value as? [String: Any] else { throw SimulatorError("api chain \(original): not an object") }
