@@ -142,30 +142,13 @@ public final class SignedDataVerifier: Sendable {
         record(.oid, chain.oidsPresent, chain.oidDetail)
         let signatureValid = Self.signatureIsValid(jws, leafKey: chain.leafKey)
 
-        let validation: (Date, String)?
-        switch UnverifiedPayload(jws.payload).signedDate {
-        case .date(let signedDate): validation = (signedDate, "signedDate")
-        case .malformed(let detail): validation = nil; record(.validity, false, detail)
-        case .absent:
-            let authentic = chain.linked && chain.oidsPresent && signatureValid
-            validation = authentic ? signedDateFallback(jws.payload).map { ($0, "the transaction's signedDate") } : nil
+        let (valid, validityDetail) = Self.validity(
+            UnverifiedPayload(jws.payload).signedDate, certificates: chain.certificates,
+            isNotification: Payload.self == NotificationV2Payload.self
+        ) {
+            chain.linked && chain.oidsPresent && signatureValid ? signedDateFallback(jws.payload) : nil
         }
-        if results.contains(where: { $0.check == .validity }) {
-            // signedDate was malformed: said above.
-        } else if chain.certificates.isEmpty {
-            record(.validity, false, "no certificate to check")
-        } else if let (validationTime, timeSource) = validation {
-            // Compared, not made a range: an unverified certificate may end before it begins,
-            // and `notValidBefore...notValidAfter` traps on that (found by fuzzing).
-            if let expired = chain.certificates.first(where: { validationTime < $0.notValidBefore || validationTime > $0.notValidAfter }) {
-                record(.validity, false, "\(expired.subject) is valid \(Timestamp.day(expired.notValidBefore)) to \(Timestamp.day(expired.notValidAfter)), not at \(timeSource) \(Timestamp.format(validationTime))")
-            } else {
-                record(.validity, true, "every certificate valid at \(timeSource) \(Timestamp.format(validationTime))")
-            }
-        } else {
-            record(.validity, false, "no signedDate\(Payload.self == NotificationV2Payload.self ? " (nor on its signed transaction)" : ""): "
-                   + "the certificates cannot be checked at the time Apple signed, and are never checked at now")
-        }
+        record(.validity, valid, validityDetail)
         record(.signature, signatureValid, chain.leafKey == nil ? "the leaf has no P-256 key" : "ES256 over header.payload with the leaf's key")
 
         guard results.allSatisfy(\.passed) else {
@@ -182,6 +165,32 @@ public final class SignedDataVerifier: Sendable {
         record(.payload, true, "a \(Payload.self)")
         checkClaims(payload.claims, of: type, environment: environment, record: record)
         return SignedDataExamination(results: results, payload: payload, payloadJSON: jws.payload)
+    }
+
+    /// Whether every certificate was valid when Apple signed: at the payload's `signedDate`, else at
+    /// `fallback()` (asked only when there is none, and nil unless the payload proved Apple's).
+    /// Never at now: a leaf that has expired would pass for data signed after it did.
+    private static func validity(
+        _ signedDate: UnverifiedPayload.SignedDate, certificates: [Certificate], isNotification: Bool, fallback: () -> Date?
+    ) -> (Bool, String) {
+        if case .malformed(let detail) = signedDate { return (false, detail) }
+        guard !certificates.isEmpty else { return (false, "no certificate to check") }
+        let time: (Date, String)?
+        switch signedDate {
+        case .date(let date): time = (date, "signedDate")
+        case .absent: time = fallback().map { ($0, "the transaction's signedDate") }
+        case .malformed: time = nil
+        }
+        guard let (validationTime, timeSource) = time else {
+            return (false, "no signedDate\(isNotification ? " (nor on its signed transaction)" : ""): "
+                    + "the certificates cannot be checked at the time Apple signed, and are never checked at now")
+        }
+        // Compared, not made a range: an unverified certificate may end before it begins, and
+        // `notValidBefore...notValidAfter` traps on that (found by fuzzing).
+        if let expired = certificates.first(where: { validationTime < $0.notValidBefore || validationTime > $0.notValidAfter }) {
+            return (false, "\(expired.subject) is valid \(Timestamp.day(expired.notValidBefore)) to \(Timestamp.day(expired.notValidAfter)), not at \(timeSource) \(Timestamp.format(validationTime))")
+        }
+        return (true, "every certificate valid at \(timeSource) \(Timestamp.format(validationTime))")
     }
 
     private func checkClaims<Payload: SignedPayload>(
