@@ -20,7 +20,7 @@ public struct FinanceEvent: Sendable, Equatable {
         case signed
         /// `iap.products.price`.
         case catalog
-        /// No price known: the amount is empty.
+        /// No price known: the amount is empty, unless the rules make it 0 (a family-shared copy, a trial).
         case none
     }
 

@@ -35,20 +35,13 @@ public struct FinanceSummary: Sendable, Equatable {
             for kind in FinanceEvent.Kind.allCases {
                 guard let line = lines[currency]?[kind] else { continue }
                 text += shown.padding(toLength: 10, withPad: " ", startingAt: 0) + kind.rawValue.padding(toLength: 17, withPad: " ", startingAt: 0)
-                    + String(line.count).padding(toLength: 7, withPad: " ", startingAt: 0) + Self.decimal(line.amount)
+                    + String(line.count).padding(toLength: 7, withPad: " ", startingAt: 0) + MoneyText.decimal(milliunits: line.amount)
                     + (line.withoutAmount > 0 ? "  (\(line.withoutAmount) without a price)" : "") + "\n"
             }
             text += shown.padding(toLength: 10, withPad: " ", startingAt: 0) + "net".padding(toLength: 24, withPad: " ", startingAt: 0)
-                + Self.decimal(net(currency)) + "\n"
+                + MoneyText.decimal(milliunits: net(currency)) + "\n"
         }
         return text
     }
 
-    /// A sum as money text: within `Int64` (any real sum) through `MoneyText`, else exact digits.
-    static func decimal(_ milliunits: Int128) -> String {
-        if let small = Int64(exactly: milliunits) { return MoneyText.decimal(milliunits: small) }
-        let magnitude = milliunits.magnitude
-        let fraction = String(magnitude % 1000)
-        return (milliunits < 0 ? "-" : "") + String(magnitude / 1000) + "." + String(repeating: "0", count: 3 - fraction.count) + fraction
-    }
 }

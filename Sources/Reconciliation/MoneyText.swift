@@ -4,6 +4,11 @@ public enum MoneyText {
     /// `59.99`, `-16.5`, `0`, `230`, `0.001`: plain digits, at most three decimals, no exponent.
     /// Total: `magnitude` reads `Int64.min` too, where negation would trap.
     public static func decimal(milliunits: Int64) -> String {
+        decimal(milliunits: Int128(milliunits))
+    }
+
+    /// The same for a sum (`export-finance --summary`), which no range-checked price can overflow.
+    public static func decimal(milliunits: Int128) -> String {
         let magnitude = milliunits.magnitude
         var text = (milliunits < 0 ? "-" : "") + String(magnitude / 1000)
         var fraction = magnitude % 1000

@@ -69,4 +69,11 @@ import Testing
     func moneyIsWrittenAsPlainDecimals(milliunits: Int64, text: String) {
         #expect(MoneyText.decimal(milliunits: milliunits) == text)
     }
+
+    /// Sums (`--summary`) by the same rule, past `Int64` too: 10 x Int64.max + 5 milliunits.
+    @Test func sumsAreWrittenByTheSameRule() {
+        #expect(MoneyText.decimal(milliunits: Int128(Int64.max) * 10 + 5) == "92233720368547758.075")
+        #expect(MoneyText.decimal(milliunits: -(Int128(Int64.max) * 10 + 500)) == "-92233720368547758.57")
+        #expect(MoneyText.decimal(milliunits: Int128(10_500)) == "10.5")
+    }
 }
