@@ -1,7 +1,7 @@
 import Foundation
 
-/// All that may be read of a JWS payload before the JWS is verified (docs/guarantees.md, "What is
-/// read before verification"): its `signedDate`, which the validity check needs; a V2
+/// All that may be read of a JWS payload before the JWS is verified (docs/guarantees.md, "Verify
+/// before reading"): its `signedDate`, which the validity check needs; a V2
 /// notification's `notificationUUID` as text, so that ingestion stores a body once; and which
 /// member names are present (never their values), so that `inspect` knows which kind of payload
 /// to verify it as. Every other member is skipped unread.

@@ -31,7 +31,7 @@ import TestSupport
         return #"{"signedPayload":"\#(forgedJWS(payload))"}"#
     }
 
-    static func environment(_ world: RunWorld, root: URL) -> [String: String] {
+    static func environment(_ world: RunWorld) -> [String: String] {
         var environment = OperationsTests.environment(world)
         environment["APPSTORE_BUNDLE_ID"] = "com.example.app"
         environment["APPSTORE_APP_APPLE_ID"] = String(NotificationV2Tests.appAppleId)
@@ -73,7 +73,7 @@ import TestSupport
             for night in 1...3 {
                 let result = try await CLIProcess.run(
                     ["run", "--apple-root-certificate", root.path, "--report-dir", world.reportRoot.appending(path: "night-\(night)").path],
-                    environment: Self.environment(world, root: root))
+                    environment: Self.environment(world))
                 #expect(result.status == 0, "night \(night): \(result.stderr.suffix(800))")
             }
             let rows = try await world.connection.query("SELECT outcome, reason, quarantined_at IS NOT NULL AS quarantined FROM iap.notifications ORDER BY id")
@@ -88,7 +88,7 @@ import TestSupport
             let file = world.reportRoot.appending(path: "forged.json")
             try forged.write(to: file, atomically: true, encoding: .utf8)
             let inspected = try await CLIProcess.run(
-                ["inspect", "--apple-root-certificate", root.path, file.path], environment: Self.environment(world, root: root))
+                ["inspect", "--apple-root-certificate", root.path, file.path], environment: Self.environment(world))
             #expect(inspected.status == 1, "\(inspected.stderr)")
             #expect(inspected.stdout.contains("FAIL  chain"), "\(inspected.stdout)")
             #expect(inspected.stdout.contains("payload, not verified"), "\(inspected.stdout)")
