@@ -155,12 +155,18 @@ public final class ServerAPIClient: Sendable {
     /// One page of Get Notification History (`POST /inApps/v1/notifications/history`): the V2
     /// notifications Apple sent in [`start`, `end`) from `environment`'s host; `paginationToken` from
     /// the page before.
+    /// `notificationType` asks Apple for that type only (answer-consumption-requests reads CONSUMPTION_REQUEST alone).
     public func notificationHistory(
-        start: Date, end: Date, environment: AppleEnvironment, paginationToken: String?
+        start: Date, end: Date, environment: AppleEnvironment, paginationToken: String?, notificationType: String? = nil
     ) async -> Outcome<NotificationHistoryResponse> {
         var outcome = Outcome<NotificationHistoryResponse>(
             result: .success(NotificationHistoryResponse(signedPayloads: [], hasMore: false, paginationToken: nil)), environment: environment)
-        let body = Array("{\"startDate\":\(Int64(start.timeIntervalSince1970 * 1000)),\"endDate\":\(Int64(end.timeIntervalSince1970 * 1000))}".utf8)
+        var body = Array("{\"startDate\":\(Int64(start.timeIntervalSince1970 * 1000)),\"endDate\":\(Int64(end.timeIntervalSince1970 * 1000))".utf8)
+        if let notificationType {
+            body += Array(",\"notificationType\":".utf8)
+            JSONString.append(notificationType, to: &body)
+        }
+        body.append(UInt8(ascii: "}"))
         let query = paginationToken.map { [("paginationToken", $0)] } ?? []
         switch await fetch(.notificationHistory, "/inApps/v1/notifications/history", query: query, method: "POST", body: body,
                            outcome: &outcome, mayHop: false) {
@@ -174,6 +180,24 @@ public final class ServerAPIClient: Sendable {
             } else {
                 outcome.result = .failure(.deferred(reason: "Apple's notification history is not valid JSON (\(body.count) bytes)"))
             }
+        }
+        return outcome
+    }
+
+    /// Send Consumption Information (`PUT /inApps/v2/transactions/consumption/{transactionId}`) to
+    /// the host of the request's environment: success is Apple's 202. 5xx and timeouts are tried
+    /// again within the attempts; a 4xx is final (`.failed`, with Apple's `errorCode`). `body` is
+    /// `ConsumptionInformation.json` as recorded before sending: what leaves is what was recorded.
+    public func sendConsumptionInformation(transactionId: String, environment: AppleEnvironment, body: String) async -> Outcome<Void> {
+        var outcome = Outcome<Void>(result: .success(()), environment: environment)
+        let path = "/inApps/v2/transactions/consumption/" + Self.pathComponent(transactionId)
+        switch await fetch(.consumption, path, query: [], method: "PUT", body: Array(body.utf8), outcome: &outcome, mayHop: false) {
+        case .hop:
+            outcome.result = .failure(.failed(httpStatus: nil, errorCode: nil, reason: "consumption information cannot move to another host"))
+        case .failure(let failure):
+            outcome.result = .failure(failure)
+        case .body:
+            outcome.result = .success(())
         }
         return outcome
     }
@@ -301,7 +325,7 @@ public final class ServerAPIClient: Sendable {
 
     /// The table of docs/apple.md, for one answer.
     static func classify(_ response: HTTPResponse, environment: AppleEnvironment, mayHop: Bool, now: Date = Date()) -> Verdict {
-        if response.status == 200 { return .body(response.body) }
+        if (200...299).contains(response.status) { return .body(response.body) }  // 202 for Send Consumption Information
         let error = ServerAPIError.decode(response.body)
         let code = error?.errorCode
         let said = "HTTP \(response.status)" + (code.map { ", errorCode \($0)" } ?? "") + (error?.errorMessage.map { ": \($0)" } ?? "")

@@ -6,6 +6,8 @@ public enum ServerAPIEndpoint: String, Sendable, CaseIterable, Codable, CodingKe
     case statuses
     /// Get Notification History (`/inApps/v1/notifications/history`).
     case notificationHistory = "notification-history"
+    /// Send Consumption Information (`PUT /inApps/v2/transactions/consumption/{id}`).
+    case consumption
 }
 
 /// One endpoint in one environment: what Apple's quota, the job's budget, the run's summary and

@@ -80,6 +80,9 @@ public struct JWSTransaction: SignedPayload, Equatable {
     public var offerPeriod: String?
     /// The app download's transaction id.
     public var appTransactionId: String?
+    /// An Advanced Commerce API purchase (`advancedCommerceInfo` present): Send Consumption
+    /// Information V2 does not take those.
+    public var hasAdvancedCommerceInfo = false
 
     public var claims: SignedClaims {
         SignedClaims(signedDate: signedDate, bundleId: bundleId, environment: rawEnvironment)
@@ -127,6 +130,7 @@ public struct JWSTransaction: SignedPayload, Equatable {
         }
         offerPeriod = try fields.string("offerPeriod")
         appTransactionId = try fields.string("appTransactionId")
+        hasAdvancedCommerceInfo = fields.isPresent("advancedCommerceInfo")
     }
 
     /// The prices a transaction may carry, in milliunits: never negative, and far below where
@@ -225,6 +229,9 @@ public struct NotificationV2Payload: SignedPayload, Equatable {
     public var signedRenewalInfo: String?
     /// `data.status` as signed: the subscription's status (1 active ... 5 revoked), where Apple gives it.
     public var rawStatus: Int?
+    /// `data.consumptionRequestReason` of a CONSUMPTION_REQUEST, as signed: why the customer asked
+    /// for a refund (`UNINTENDED_PURCHASE`, `FULFILLMENT_ISSUE`, `UNSATISFIED_WITH_PURCHASE`, `LEGAL`, `OTHER`).
+    public var rawConsumptionRequestReason: String?
 
     public var notificationType: NotificationTypeV2? { NotificationTypeV2(rawValue: rawNotificationType) }
     public var subtype: NotificationSubtype? { rawSubtype.flatMap(NotificationSubtype.init(rawValue:)) }
@@ -255,6 +262,7 @@ public struct NotificationV2Payload: SignedPayload, Equatable {
         signedTransactionInfo = try fields.string("data.signedTransactionInfo")
         signedRenewalInfo = try fields.string("data.signedRenewalInfo")
         rawStatus = try fields.int("data.status")
+        rawConsumptionRequestReason = try fields.string("data.consumptionRequestReason")
     }
 }
 
@@ -283,6 +291,8 @@ public enum NotificationV2Body {
 /// read on demand with Apple's tolerance: the payloads are small, and their fields many.
 struct SignedFields {
     private var values: [String: Scalar] = [:]
+    /// Members whose value is an object or an array: only their presence is kept.
+    private var containers: Set<String> = []
     private let nested: String?
 
     private enum Scalar {
@@ -301,6 +311,7 @@ struct SignedFields {
 
     mutating func read(_ json: [UInt8]) throws {
         var values: [String: Scalar] = [:]
+        var containers: Set<String> = []
         func members(_ reader: inout AppleJSONReader, prefix: String, nestedName: String?) throws {
             try reader.readObject { key, reader in
                 let name = prefix + key.string
@@ -310,12 +321,21 @@ struct SignedFields {
                     if let text = try reader.value().string() { values[name] = .string(text) }
                 case .number: values[name] = .number(String(decoding: try reader.value().bytes, as: UTF8.self))
                 case .bool: values[name] = try reader.value().bool().map(Scalar.bool)
-                case .null, .object, .array: try reader.skipValue()
+                case .object, .array:
+                    containers.insert(name)
+                    try reader.skipValue()
+                case .null: try reader.skipValue()
                 }
             }
         }
         try AppleJSONReader.read(json) { reader in try members(&reader, prefix: "", nestedName: nested) }
         self.values = values
+        self.containers = containers
+    }
+
+    /// Whether the member is there, whatever its value (null aside).
+    func isPresent(_ name: String) -> Bool {
+        values[name] != nil || containers.contains(name)
     }
 
     func string(_ name: String) throws -> String? {

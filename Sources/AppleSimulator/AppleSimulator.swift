@@ -8,7 +8,8 @@ import Locking
 /// Server API under `/inApps/` (production) and `/sandbox/inApps/` (sandbox; see
 /// `ServerAPISimulation`), `GET /__stats` (request and connection counts), `POST /__release`
 /// (held requests go on), `POST /__hold/N` (release, then hold again after N more requests) and `GET /__api_stats`
-/// (the Server API's requests and 429s per endpoint, with their times). It answers from a scenario (receipt ->
+/// (the Server API's requests and 429s per endpoint, with their times), `GET /__consumption` (every
+/// Send Consumption Information received). It answers from a scenario (receipt ->
 /// environment, answer, scripted faults) or, for synthetic receipts, from the spec the receipt
 /// carries inside itself: `base64("simulated-receipt:" + JSON spec)`, so a million accounts need
 /// no stored answers.
@@ -25,6 +26,8 @@ public final class AppleSimulator: Sendable {
     let apiTraffic: SimulatedAPITraffic
     /// Get Notification History's notifications, signed at start.
     let apiNotifications: [SimulatedHistoryNotification]
+    /// Every Send Consumption Information received (`GET /__consumption`).
+    let consumptionLog = Locked([ReceivedConsumption]())
     private let verifyRequests = Locked(0)
     /// Which verifyReceipt requests wait for the test: `hold_after_requests`, re-armed by `POST /__hold/N`.
     private let hold: Locked<Hold>
@@ -74,6 +77,9 @@ public final class AppleSimulator: Sendable {
                 "http_requests": stats.requests,
                 "exclude_old_transactions_requests": excludingOldTransactions.withLock { $0 },
             ]))
+        }
+        if method == "GET" && path == "/__consumption" {
+            return .respond(status: 200, body: consumptionReceived)
         }
         if method == "GET" && path == "/__api_stats" {
             return .respond(status: 200, body: Self.json(apiTraffic.statistics))

@@ -73,6 +73,10 @@ extension AppleSimulator {
             guard method == "POST" else { return Self.apiError(405, 4050000, "method not allowed") }
             return notificationHistory(environment: endpoint, token: query["paginationToken"], body: body)
         }
+        if parts.count == 5, parts[0...3] == ["inApps", "v2", "transactions", "consumption"], let id = parts[4].removingPercentEncoding {
+            guard method == "PUT" else { return Self.apiError(405, 4050000, "method not allowed") }
+            return consumption(transactionId: id, environment: endpoint, body: body)
+        }
         guard method == "GET" else { return Self.apiError(405, 4050000, "method not allowed") }
         guard parts.count == 4, parts[0] == "inApps", let id = parts[3].removingPercentEncoding else {
             return Self.apiError(404, 4040000, "not found")
@@ -128,7 +132,10 @@ extension AppleSimulator {
         if let retryAfter = apiTraffic.admit("notification-history", environment: environment) {
             return Self.rateLimited(retryAfter: retryAfter)
         }
-        let matching = apiNotifications.filter { $0.environment == environment && $0.signedDate >= start && $0.signedDate < end }
+        let type = request["notificationType"] as? String  // Apple's filter: this type only
+        let matching = apiNotifications.filter {
+            $0.environment == environment && $0.signedDate >= start && $0.signedDate < end && (type == nil || $0.notificationType == type)
+        }
         let offset = token.flatMap { Int($0.dropFirst("n-".count)) } ?? 0
         let page = matching.dropFirst(offset).prefix(scenario.apiNotificationPageSize)
         let next = offset + page.count
@@ -354,6 +361,7 @@ struct SimulatedAPIWorld: Sendable {
 /// One notification of the simulated notification history, signed once at start.
 struct SimulatedHistoryNotification: Sendable {
     var environment: String
+    var notificationType: String?
     var signedDate: Int64
     var signedPayload: String
 
@@ -369,7 +377,7 @@ struct SimulatedHistoryNotification: Sendable {
             guard let signed = NotificationV2Body.signedPayload(Array(body.utf8)) else { throw SimulatorError("a signed notification has no signedPayload") }
             let environment = (spec["data"] as? [String: Any])?["environment"] as? String ?? "Production"
             return SimulatedHistoryNotification(
-                environment: environment == "Sandbox" ? "Sandbox" : "Production", signedDate: (spec["signedDate"] as? NSNumber)?.int64Value ?? 0,
+                environment: environment == "Sandbox" ? "Sandbox" : "Production", notificationType: spec["notificationType"] as? String, signedDate: (spec["signedDate"] as? NSNumber)?.int64Value ?? 0,
                 signedPayload: signed)
         }.sorted { $0.signedDate < $1.signedDate }
     }

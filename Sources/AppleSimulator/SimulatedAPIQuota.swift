@@ -9,10 +9,10 @@ import Locking
 ///
 ///     "api_quota": {"window_seconds": 36, "production": {"history": 50}, "sandbox": {"statuses": 5}}
 ///
-/// Endpoints are `history`, `statuses` and `notification-history`; a rate not given is Apple's
+/// Endpoints are `history`, `statuses`, `notification-history` and `consumption`; a rate not given is Apple's
 /// (production 50, sandbox 5 a second).
 public struct SimulatedAPIQuota: Sendable, Equatable {
-    public static let endpoints = ["history", "statuses", "notification-history"]
+    public static let endpoints = ["history", "statuses", "notification-history", "consumption"]
 
     public var windowSeconds: Double
     public var production: [String: Double]

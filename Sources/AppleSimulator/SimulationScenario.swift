@@ -39,6 +39,11 @@ public struct SimulationScenario: Sendable {
     /// `sign-notifications` reads them, signed at start; served by signedDate, in pages.
     public var apiNotifications: [[UInt8]] = []
     public var apiNotificationPageSize = 20
+    /// Send Consumption Information's world (`api.consumption`): `types` (transaction id -> Apple's
+    /// product type, where the API chains do not say) and `faults` (transaction id -> the scripted
+    /// answers of its first attempts, as a chain's `faults`).
+    public var consumptionTypes: [String: String] = [:]
+    public var consumptionFaults: [String: [SimulatedAPIFault]] = [:]
 
     public init(sharedSecret: String? = nil, latencyMilliseconds: Int = 0, receipts: [String: SimulatedReceipt] = [:]) {
         self.sharedSecret = sharedSecret
@@ -65,6 +70,9 @@ public struct SimulationScenario: Sendable {
         apiQuota = try (root["api_quota"] as? [String: Any]).map(SimulatedAPIQuota.init(spec:))
         apiNotifications = try (api["notifications"] as? [[String: Any]] ?? []).map { Array(try JSONSerialization.data(withJSONObject: $0)) }
         apiNotificationPageSize = max(1, api["notification_page_size"] as? Int ?? 20)
+        let consumption = api["consumption"] as? [String: Any] ?? [:]
+        consumptionTypes = consumption["types"] as? [String: String] ?? [:]
+        consumptionFaults = try (consumption["faults"] as? [String: [[String: Any]]] ?? [:]).mapValues { try $0.map(SimulatedAPIFault.init) }
         let derived = try SimulatedAPIChain.chains(
             fromReceipts: api["from_receipts"] as? [String] ?? [], disagreements: api["disagreements"] as? [String: [String: Any]] ?? [:])
         apiChains.merge(derived) { $1 }

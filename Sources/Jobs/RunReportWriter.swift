@@ -93,7 +93,7 @@ public final class RunReportWriter: @unchecked Sendable {
     }
 
     /// A whole small file (a summary, the metrics file).
-    static func write(_ text: String, to url: URL) throws {
+    public static func write(_ text: String, to url: URL) throws {
         try ReportFile(url, header: text).commit()
     }
 }

@@ -24,6 +24,14 @@ enum TestFault {
         #endif
     }
 
+    /// `RR_TEST_DIE_ON_CONSUMPTION_SEND=TRANSACTION_ID`: the process kills itself (SIGKILL) once
+    /// the answer to that transaction's request is recorded `sending`, before its request leaves.
+    static func dieIfPoison(consumptionAnswerOf transactionId: String) {
+        #if DEBUG
+        if ProcessInfo.processInfo.environment["RR_TEST_DIE_ON_CONSUMPTION_SEND"] == transactionId { kill(getpid(), SIGKILL) }
+        #endif
+    }
+
     #if DEBUG
     /// Read once: the environment is copied on each read, and this is asked for every account.
     private static let poisonAccount = ProcessInfo.processInfo.environment["RR_TEST_DIE_ON_ACCOUNT"]

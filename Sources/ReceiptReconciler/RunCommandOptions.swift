@@ -50,8 +50,21 @@ struct RunCommandOptions: ParsableArguments {
 
     @OptionGroup var budget: ServerAPIBudgetOptions
 
+    @Option(help: ArgumentHelp(
+        "run and backfill --notifications-only first read Get Notification History (with the App Store Connect key) from where the last read ended; the first read starts at this date (ISO 8601; default 30 days back, at most 180).",
+        valueName: "date"))
+    var notificationHistorySince: String?
+
     func validate() throws {
         guard batchSize >= 1 && batchSize <= 50_000 else { throw ValidationError("--batch-size must be between 1 and 50000") }
+        if let notificationHistorySince {
+            guard let since = CommandLineTime.parse(notificationHistorySince) else {
+                throw ValidationError("--notification-history-since: not an ISO 8601 date or time: \(notificationHistorySince)")
+            }
+            guard since > Date().addingTimeInterval(-180 * 86_400), since < Date() else {
+                throw ValidationError("--notification-history-since: Apple keeps notification history for 180 days; give a date within them")
+            }
+        }
     }
 
     func runOptions(kind: RunKind, selection: AccountSelection.Kind) throws -> RunOptions {
@@ -60,6 +73,7 @@ struct RunCommandOptions: ParsableArguments {
         traffic.apply(to: &options)
         reporting.apply(to: &options)
         budget.apply(to: &options)
+        options.notificationHistorySince = notificationHistorySince.flatMap(CommandLineTime.parse)
         options.batchSize = batchSize
         options.pageSize = batchSize
         options.notificationMaximumAge = notificationMaxAge.duration

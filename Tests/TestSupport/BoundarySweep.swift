@@ -201,6 +201,7 @@ public enum BoundarySweep {
             ("storefrontId", text("143441")), ("transactionReason", text("PURCHASE")), ("environment", text("Sandbox")),
             ("price", number("9990")), ("currency", text("USD")), ("revocationType", text("REFUND_PRORATED")),
             ("revocationPercentage", number("72500")), ("offerPeriod", text("P1M")), ("appTransactionId", text("704289572")),
+            ("advancedCommerceInfo", .object([("requestReferenceId", text("ref-1")), ("estimatedTax", number("0"))])),
         ]))
 
     public static let signedRenewalInfo = Document(name: "signed renewal info", root: .object([
@@ -221,6 +222,7 @@ public enum BoundarySweep {
                 ("appAppleId", number("1234")), ("bundleId", text("com.example.app")), ("bundleVersion", text("1")),
                 ("environment", text("Sandbox")), ("signedTransactionInfo", text(signedTransactionInfo)),
                 ("signedRenewalInfo", text(signedRenewalInfo)), ("status", number("1")),
+                ("consumptionRequestReason", text("UNINTENDED_PURCHASE")),
             ])),
         ]))
     }

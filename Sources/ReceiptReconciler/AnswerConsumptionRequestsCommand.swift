@@ -1,0 +1,109 @@
+import AppStore
+import AppStoreModels
+import ArgumentParser
+import CommandLineValues
+import Foundation
+import Jobs
+import Postgres
+import Reconciliation
+import SignedData
+import Storage
+
+extension ConsumptionInformation.RefundPreference: ExpressibleByArgument {}
+extension ConsumptionPolicy.SampleContent: ExpressibleByArgument {}
+
+/// `answer-consumption-requests`: answers Apple's CONSUMPTION_REQUESTs within their 12 hours,
+/// from the verified ledger and the customer's consent (docs/consumption.md).
+struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "answer-consumption-requests",
+        abstract: "Answers Apple's CONSUMPTION_REQUESTs (a customer asked for a refund) within 12 hours, from the ledger and the customer's consent.",
+        discussion: """
+            Run it every 15 to 60 minutes (cron/). It reads Apple's notification history for the requests of \
+            the last 13 hours (with the App Store Connect key), verifies every stored V2 notification it has not \
+            examined yet, and records each request in iap.consumption_answers before anything is sent: sent, \
+            no_consent (iap.consumption_consent has no row for the account, or consented false), past_deadline, \
+            refused (Apple's 4xx and errorCode), failed, unmatched, advanced_commerce or answered_already. \
+            Nothing is ever sent twice for one request, nor for one transaction within 12 hours, nor after \
+            the 12 hours. Exit 0 when it completed (refusals included), 2 for the configuration (or Apple \
+            refusing the key), 4 when another answering process runs.
+            """
+    )
+
+    @OptionGroup var database: DatabaseOptions
+    @OptionGroup var logging: LoggingOptions
+    @OptionGroup var app: AppIdentityOptions
+    @OptionGroup var appStoreConnect: AppStoreConnectOptions
+    @OptionGroup var budget: ServerAPIBudgetOptions
+
+    @Flag(help: "Decide and print each body that would be sent; ask Apple nothing, record nothing, send nothing.")
+    var dryRun = false
+
+    @Option(help: ArgumentHelp(
+        "The refundPreference sent when the account's consent row names none: DECLINE, GRANT_FULL or GRANT_PRORATED (default: none, left out).",
+        valueName: "preference"))
+    var refundPreference: ConsumptionInformation.RefundPreference?
+
+    @Option(help: ArgumentHelp(
+        "sampleContentProvided: ledger (true when the ledger shows a free trial or an introductory offer for the product or its subscription group), always, or never.",
+        valueName: "source"))
+    var sampleContent: ConsumptionPolicy.SampleContent = .ledger
+
+    @Option(help: "Stored notifications received longer ago than this are not examined (their 12 hours are over).")
+    var lookBack = TimeLength(.seconds(3 * 86_400))
+
+    @Option(help: ArgumentHelp("Write Prometheus metrics of this run here, for node_exporter's textfile collector.", valueName: "path"))
+    var metricsFile: String?
+
+    func validate() throws {
+        guard lookBack.seconds >= 3600 else { throw ValidationError("--look-back must be at least 1h") }
+    }
+
+    func run() async throws {
+        let logger = logging.bootstrap()
+        try await runReportingErrors(logger: logger) {
+            let bundleIds = app.configuredBundleIds()
+            guard !bundleIds.isEmpty else {
+                throw ConfigurationError("answering needs the app's bundle id (APPSTORE_BUNDLE_ID or --bundle-id): signed data of no bundle is rejected")
+            }
+            let verifier = try SignedDataVerifier(configuration: .init(
+                trustedRoots: try app.trustedRoots(), bundleIds: Set(bundleIds), appAppleId: try app.configuredAppAppleId()))
+            // The key is needed to send; a dry run asks Apple nothing and needs none.
+            let apiConfiguration = dryRun ? nil : (try appStoreConnect.credentials(bundleIds: bundleIds), try appStoreConnect.endpoints())
+            let connection = try await PostgresConnection.connect(try database.connectionString())
+            guard try await ConsumptionStore(connection: connection).tryLock() else {
+                logger.error("consumption.locked", metadata: ["error": "another answer-consumption-requests holds the lock on this database"])
+                throw ExitStatus.locked
+            }
+            let shared = VerifyReceiptClient(endpoints: .apple, sharedSecret: nil, concurrency: 4, logger: logger)
+            defer { shared.shutdown() }
+            let client = apiConfiguration.map { credentials, endpoints in
+                ServerAPIClient(
+                    endpoints: endpoints, token: ServerAPIToken(credentials: credentials), sharing: shared, policy: VerificationPolicy(),
+                    logger: logger, budget: ServerAPIBudget(quota: budget.quota(), share: budget.apiBudgetShare))
+            }
+            let answering = ConsumptionAnswering(
+                store: ConsumptionStore(connection: connection), notifications: NotificationStore(connection: connection), verifier: verifier,
+                client: client, policy: ConsumptionPolicy(sampleContent: sampleContent, defaultRefundPreference: refundPreference),
+                lookBack: lookBack.seconds, logger: logger)
+            let summary: ConsumptionSummary
+            do {
+                summary = try await answering.run(now: Date(), dryRun: dryRun) { line in
+                    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+                }
+            } catch let refused as ConsumptionAnswering.Unauthorized {
+                await connection.close()
+                throw ConfigurationError("Apple refused the App Store Connect key: \(refused)")
+            }
+            await connection.close()
+            FileHandle.standardOutput.write(Data(summary.text.utf8))
+            logger.info("consumption.finished", metadata: [
+                "consumption.examined": "\(summary.examined)", "consumption.requests": "\(summary.requests)",
+                "consumption.sent": "\(summary.outcomes[.sent] ?? 0)", "consumption.oldest_open_seconds": "\(Int(summary.oldestOpenAge))",
+            ])
+            if let metricsFile, !dryRun {
+                try RunReportWriter.write(summary.metrics, to: URL(filePath: metricsFile))
+            }
+        }
+    }
+}

@@ -1,0 +1,68 @@
+import CivilCalendar
+import Foundation
+
+/// What one `answer-consumption-requests` did (docs/consumption.md, "What it says"): printed at
+/// its end, logged, and written as Prometheus metrics for the alert rules.
+public struct ConsumptionSummary: Sendable, Equatable {
+    /// Stored V2 notifications verified and examined.
+    public var examined = 0
+    /// Of those, the ones that did not verify: nothing of them is trusted, nothing sent.
+    public var rejected = 0
+    /// CONSUMPTION_REQUESTs found among them (each recorded, with its decision).
+    public var requests = 0
+    /// Notifications stored from Get Notification History (CONSUMPTION_REQUEST only).
+    public var fromHistory = 0
+    /// How this run's requests and answers ended, by outcome (`pending` counts those left for the next run).
+    public var outcomes: [ConsumptionOutcome: Int] = [:]
+    /// The oldest request still waiting for its answer to leave, when the run ended.
+    public var oldestOpenRequest: Date?
+    /// What went wrong that did not stop the run (notification history unreadable, for instance).
+    public var warnings: [String] = []
+    public var dryRun = false
+    public var finishedAt = Date()
+
+    public init() {}
+
+    /// Seconds the oldest open request has waited; 0 when none waits.
+    public var oldestOpenAge: TimeInterval {
+        oldestOpenRequest.map { max(0, finishedAt.timeIntervalSince($0)) } ?? 0
+    }
+
+    /// The lines printed at the end.
+    public var text: String {
+        var lines = [
+            "Consumption requests\(dryRun ? " (dry run: nothing sent, nothing recorded)" : ""):",
+            "  notifications examined: \(examined) (not verified: \(rejected)), requests found: \(requests)",
+        ]
+        if fromHistory > 0 { lines.append("  stored from Apple's notification history: \(fromHistory)") }
+        let counted = ConsumptionOutcome.allCases.compactMap { outcome in outcomes[outcome].map { "\(outcome.rawValue) \($0)" } }
+        lines.append("  outcomes: " + (counted.isEmpty ? "none" : counted.joined(separator: ", ")))
+        if let oldest = oldestOpenRequest {
+            lines.append("  oldest unanswered request: \(Int(oldestOpenAge / 60)) min old (asked at \(Timestamp.format(oldest)))")
+        } else {
+            lines.append("  oldest unanswered request: none")
+        }
+        lines += warnings.map { "  warning: " + $0 }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// Prometheus text for node_exporter's textfile collector (cron/receipt-reconciler-alerts.yml).
+    public var metrics: String {
+        var lines = [
+            "# HELP receipt_reconciler_consumption_answers How the last answer-consumption-requests run's requests ended, by outcome.",
+            "# TYPE receipt_reconciler_consumption_answers gauge",
+        ]
+        for outcome in ConsumptionOutcome.allCases {
+            lines.append("receipt_reconciler_consumption_answers{outcome=\"\(outcome.rawValue)\"} \(outcomes[outcome] ?? 0)")
+        }
+        lines += [
+            "# HELP receipt_reconciler_consumption_oldest_unanswered_seconds Age of the oldest CONSUMPTION_REQUEST whose answer has not left (0: none).",
+            "# TYPE receipt_reconciler_consumption_oldest_unanswered_seconds gauge",
+            "receipt_reconciler_consumption_oldest_unanswered_seconds \(Int(oldestOpenAge))",
+            "# HELP receipt_reconciler_consumption_last_run_timestamp_seconds When answer-consumption-requests last finished.",
+            "# TYPE receipt_reconciler_consumption_last_run_timestamp_seconds gauge",
+            "receipt_reconciler_consumption_last_run_timestamp_seconds \(Int(finishedAt.timeIntervalSince1970))",
+        ]
+        return lines.joined(separator: "\n") + "\n"
+    }
+}
