@@ -44,7 +44,9 @@ extension AppleSimulator {
                 let fault = faults[attempt - 1]
                 let reply = fault.errorCode.map { Self.json(["errorCode": $0, "errorMessage": "simulated"]) } ?? []
                 received(transactionId, environment, body, status: fault.http, errorCode: fault.errorCode)
-                return .respond(status: fault.http, body: reply)
+                var headers: [String: String] = [:]
+                if let wait = fault.retryAfterMilliseconds { headers["Retry-After"] = String(Int64(Date().timeIntervalSince1970 * 1000) + Int64(wait)) }
+                return .respond(status: fault.http, headers: headers, body: reply)
             }
         }
         let refusal = Self.validateConsumption(body, productType: productType(of: transactionId))

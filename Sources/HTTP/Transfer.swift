@@ -57,7 +57,9 @@ final class Transfer: @unchecked Sendable {
         check(rr_curl_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, ""))
         check(rr_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, request.method))
         check(rr_curl_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer))
-        if request.method == "POST" {
+        // A body goes as POST fields; CURLOPT_CUSTOMREQUEST above names the method (PUT for
+        // Send Consumption Information).
+        if request.method == "POST" || !request.body.isEmpty {
             check(rr_curl_easy_setopt_long(easy, CURLOPT_POST, 1))
             check(rr_curl_easy_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(request.body.count)))
             request.body.withUnsafeBytes { bytes in

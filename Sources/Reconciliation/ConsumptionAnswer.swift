@@ -23,7 +23,7 @@ public enum ConsumptionOutcome: String, Sendable, CaseIterable, Codable {
     case unmatched
     /// An Advanced Commerce purchase: Send Consumption Information V2 does not take those.
     case advancedCommerce = "advanced_commerce"
-    /// The transaction was answered within the last 12 hours: Apple has the app's answer.
+    /// The transaction was answered within the last 12 hours (or its answer waits to leave): Apple has the app's answer.
     case answeredAlready = "answered_already"
 
     /// Still waiting for an answer to leave.
@@ -87,7 +87,7 @@ public struct ConsumptionFacts: Sendable, Equatable {
     public var revoked: Bool
     /// The ledger shows a free trial or an introductory offer for the same product or subscription group.
     public var sampleInLedger: Bool
-    /// An answer to this transaction was sent (or left) within the last 12 hours.
+    /// An answer to this transaction is waiting to leave, or left within the last 12 hours.
     public var answeredRecently: Bool
 
     public struct Consent: Sendable, Equatable {

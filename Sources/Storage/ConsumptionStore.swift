@@ -63,7 +63,7 @@ public struct ConsumptionStore: Sendable {
                              AND (t.is_trial_period IS TRUE OR t.is_in_intro_offer_period IS TRUE)) AS sample,
                    EXISTS (SELECT 1 FROM iap.consumption_answers a
                            WHERE a.transaction_id = \(request.transactionId) AND a.notification_uuid <> \(request.notificationUUID)
-                             AND (a.outcome = 'sending' OR (a.outcome = 'sent' AND a.answered_at > \(since)))) AS answered
+                             AND (a.outcome IN ('pending', 'sending') OR (a.outcome = 'sent' AND a.answered_at > \(since)))) AS answered
             FROM (SELECT 1) AS one
             LEFT JOIN iap.consumption_consent c ON c.account_id = \(account)
             LEFT JOIN iap.consumption_usage u ON u.transaction_id = \(request.transactionId)
