@@ -6,8 +6,8 @@ import TestSupport
 /// program's `--help` and the documentation's tables, so that the next option added without a row
 /// or a command-line test fails here instead of passing unseen.
 ///
-/// A test listed for an option must run the built executable (`CLIProcess`, or the `explain`
-/// helper) and name the option in its own body; what it observes is said in its doc comment.
+/// A test listed for an option must run the built executable (`CLIProcess`, or the `explain` and
+/// `answer` helpers) and name the option in its own body; what it observes is said in its doc comment.
 /// `notYetCovered` are the known gaps, each listed in TESTING.md: an option in neither list fails.
 @Suite struct CommandLineCoverageTests {
     static let coverage: [String: [String]] = [
@@ -22,7 +22,10 @@ import TestSupport
         "--batch-size": ["theProgressIntervalIsHowOftenAProgressLineIsWritten"],
         "--bundle-id": ["inspectJSONNamesEachCheckAndExitsOneWhenOneFails"],
         "--database-url": ["theDatabaseURLFlagStandsInForTheVariableAndWins"],
-        "--dry-run": ["aDryRunPrintsThePlanFirst"],
+        "--dry-run": ["aDryRunPrintsThePlanFirst", "aDryRunPrintsTheBodiesAndSendsAndRecordsNothing"],
+        "--refund-preference": ["theBodyOfEachKindOfProduct"],
+        "--sample-content": ["sampleContentAndLookBackAreTheOperators"],
+        "--look-back": ["sampleContentAndLookBackAreTheOperators"],
         "--exclude-old-transactions": ["excludeOldTransactionsIsSentToApple"],
         "--format": ["reportOfAPastRun"],
         "--from": ["theFinanceCSVNeverCarriesAFormulaUnlessAskedForRawCells", "exportFinanceWritesItsFileAndLeavesSandboxOutUnlessAsked"],
@@ -36,7 +39,7 @@ import TestSupport
         "--log-level": ["secretsNeverReachLogsOrReports", "theLogLevelFiltersWhatIsWritten"],
         "--max-attempts": ["maxAttemptsIsHowOftenAReceiptIsSent"],
         "--max-revoke-ratio": ["theRevokeRatioIsTheUsersAndCountsFromAHundredAccounts"],
-        "--metrics-file": ["aRevokeRatioAbortExitsWith3"],
+        "--metrics-file": ["aRevokeRatioAbortExitsWith3", "transientErrorsPastTheDeadlineEndFailed"],
         "--notifications-only": ["notificationsOnlyVerifiesJustTheAccountsTheyMadeDue"],
         "--output": ["exportFinanceWritesItsFileAndLeavesSandboxOutUnlessAsked"],
         "--product": ["backfillSelectsWhatItsOptionsName"],
@@ -90,7 +93,7 @@ import TestSupport
 
     /// The commands a user runs; `simulate-apple` and `seed-demo` are the demo's and the tests' tools.
     static let userCommands = [["run"], ["backfill"], ["migrate"], ["export-finance"], ["report"], ["ingest-notifications"],
-                               ["explain"], ["inspect"], ["corrections"]]
+                               ["explain"], ["inspect"], ["corrections"], ["answer-consumption-requests"]]
     static let toolCommands = [["simulate-apple", "serve"], ["simulate-apple", "sign-notifications"], ["seed-demo"]]
 
     static func options(of command: [String]) async throws -> Set<String> {
@@ -173,7 +176,8 @@ import TestSupport
                     Issue.record("\(option): no test named \(test)")
                     continue
                 }
-                #expect(body.contains("CLIProcess") || body.contains("ExplainTests.explain"), "\(test) does not run the executable")
+                #expect(body.contains("CLIProcess") || body.contains("ExplainTests.explain") || body.contains("ConsumptionAnswerTests.answer"),
+                        "\(test) does not run the executable")
                 #expect(body.contains("\"\(option)\""), "\(test) never names \(option)")
             }
         }

@@ -120,7 +120,7 @@ import TestSupport
             ]
             #expect(try await NotificationV2Tests.ingest(world, bodies) == bodies.count)
 
-            let result = try await Self.answer(world)
+            let result = try await ConsumptionAnswerTests.answer(world)
             #expect(result.status == 0, "\(result.stderr.suffix(1500))")
             #expect(try await Self.outcomes(world) == [
                 uuids[0]: "sent", uuids[1]: "no_consent", uuids[2]: "no_consent", uuids[3]: "past_deadline", uuids[4]: "refused",
@@ -150,7 +150,7 @@ import TestSupport
             #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE consumption_examined_at IS NULL") == 0)
 
             // A second run finds nothing new and sends nothing.
-            let again = try await Self.answer(world)
+            let again = try await ConsumptionAnswerTests.answer(world)
             #expect(again.status == 0, "\(again.stderr.suffix(800))")
             #expect(try await Self.received(world).count == 4)
             #expect(again.stdout.contains("requests found: 0"), "\(again.stdout)")
@@ -182,7 +182,7 @@ import TestSupport
                 try Self.request(Self.transaction("402"), hoursAgo: 2),
             ]
             _ = try await NotificationV2Tests.ingest(world, bodies)
-            let result = try await Self.answer(world, ["--refund-preference", "DECLINE"])
+            let result = try await ConsumptionAnswerTests.answer(world, ["--refund-preference", "DECLINE"])
             #expect(result.status == 0, "\(result.stderr.suffix(1500))")
             let received = try await Self.received(world)
             #expect(received.map(\.transaction) == ["201", "202", "302", "401", "402"])  // the oldest request first
@@ -211,12 +211,12 @@ import TestSupport
                 try Self.request(Self.transaction("91"), hoursAgo: 2, uuid: "first"),
                 try Self.request(Self.transaction("92"), hoursAgo: 1, uuid: "second"),
             ])
-            let killed = try await Self.answer(world, environment: ["RR_TEST_DIE_ON_CONSUMPTION_SEND": "91"])
+            let killed = try await ConsumptionAnswerTests.answer(world, environment: ["RR_TEST_DIE_ON_CONSUMPTION_SEND": "91"])
             #expect(killed.status != 0)
             #expect(try await Self.outcomes(world) == ["first": "sending", "second": "pending"])
             #expect(try await Self.received(world).isEmpty)
 
-            let rerun = try await Self.answer(world)
+            let rerun = try await ConsumptionAnswerTests.answer(world)
             #expect(rerun.status == 0, "\(rerun.stderr.suffix(800))")
             #expect(try await Self.outcomes(world) == ["first": "failed", "second": "sent"])
             #expect(try await Self.received(world).map(\.transaction) == ["92"])
@@ -231,7 +231,7 @@ import TestSupport
             try await Self.ledger(world, "gamer", "91")
             try await Self.consent(world, "gamer", true)
             _ = try await NotificationV2Tests.ingest(world, [try Self.request(Self.transaction("91"))])
-            let dry = try await Self.answer(world, ["--dry-run"])
+            let dry = try await ConsumptionAnswerTests.answer(world, ["--dry-run"])
             #expect(dry.status == 0, "\(dry.stderr.suffix(800))")
             #expect(dry.stdout.contains(#"transaction 91 (account gamer): {"customerConsented":true,"deliveryStatus":"DELIVERED","sampleContentProvided":false}"#),
                     "\(dry.stdout)")
@@ -239,7 +239,7 @@ import TestSupport
             #expect(try await Self.received(world).isEmpty)
             #expect(try await world.count("SELECT count(*) FROM iap.consumption_answers") == 0)
             #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE consumption_examined_at IS NOT NULL") == 0)
-            #expect(try await Self.answer(world).status == 0)
+            #expect(try await ConsumptionAnswerTests.answer(world).status == 0)
             #expect(try await Self.received(world).map(\.status) == [202])
         }
     }
@@ -257,7 +257,7 @@ import TestSupport
         try await RunWorld.with("consumption-history", scenario: scenario) { world in
             try await Self.ledger(world, "gamer", "91")
             try await Self.consent(world, "gamer", true)
-            let result = try await Self.answer(world)
+            let result = try await ConsumptionAnswerTests.answer(world)
             #expect(result.status == 0, "\(result.stderr.suffix(800))")
             #expect(try await Self.outcomes(world) == ["from-history": "sent"])
             #expect(try await world.count("SELECT count(*) FROM iap.notifications") == 1)  // the DID_RENEW was not asked for
@@ -274,7 +274,7 @@ import TestSupport
             try await Self.consent(world, "gamer", true)
             _ = try await NotificationV2Tests.ingest(world, [try Self.request(Self.transaction("91"), hoursAgo: 10.5, uuid: "slow")])
             let metrics = world.reportRoot.appending(path: "consumption.prom")
-            let first = try await Self.answer(world, ["--metrics-file", metrics.path])
+            let first = try await ConsumptionAnswerTests.answer(world, ["--metrics-file", metrics.path])
             #expect(first.status == 0, "\(first.stderr.suffix(800))")
             #expect(try await Self.outcomes(world) == ["slow": "pending"])
             let text = try String(contentsOf: metrics, encoding: .utf8)
@@ -283,11 +283,32 @@ import TestSupport
             #expect((age ?? 0) >= 10 * 3600, "\(text)")  // what the alert rule fires on
             // Time passes: the deadline is behind us.
             try await world.connection.execute("UPDATE iap.consumption_answers SET deadline = now() - interval '1 minute'")
-            let second = try await Self.answer(world, ["--metrics-file", metrics.path])
+            let second = try await ConsumptionAnswerTests.answer(world, ["--metrics-file", metrics.path])
             #expect(second.status == 0)
             #expect(try await Self.outcomes(world) == ["slow": "failed"])
             #expect(try await Self.received(world).count == 5)  // the five 500s of the first run; nothing after the deadline
             #expect(try String(contentsOf: metrics, encoding: .utf8).contains("receipt_reconciler_consumption_oldest_unanswered_seconds 0"))
+        }
+    }
+
+    /// `--sample-content always` says a sample was given though the ledger shows none, and
+    /// `--look-back` leaves a notification stored before it unexamined (its 12 hours are over).
+    @Test func sampleContentAndLookBackAreTheOperators() async throws {
+        try await RunWorld.with("consumption-options") { world in
+            try await Self.ledger(world, "gamer", "91")
+            try await Self.ledger(world, "gamer", "92")
+            try await Self.consent(world, "gamer", true)
+            _ = try await NotificationV2Tests.ingest(world, [
+                try Self.request(Self.transaction("91"), uuid: "recent"),
+                try Self.request(Self.transaction("92"), hoursAgo: 1, uuid: "stored-long-ago"),
+            ])
+            // Stored two days ago, as far as the job can tell (a request Apple signed an hour ago cannot be, but the job goes by when it was stored).
+            try await world.connection.execute("UPDATE iap.notifications SET received_at = now() - interval '2 days' WHERE notification_uuid = 'stored-long-ago'")
+            let result = try await ConsumptionAnswerTests.answer(world, ["--sample-content", "always", "--look-back", "1d"])
+            #expect(result.status == 0, "\(result.stderr.suffix(800))")
+            #expect(try await Self.outcomes(world) == ["recent": "sent"])
+            #expect(try await Self.received(world).map(\.body) == [#"{"customerConsented":true,"deliveryStatus":"DELIVERED","sampleContentProvided":true}"#])
+            #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE consumption_examined_at IS NULL") == 1)
         }
     }
 
@@ -297,7 +318,7 @@ import TestSupport
             try await Self.ledger(world, "gamer", "91")
             try await Self.consent(world, "gamer", true)
             _ = try await NotificationV2Tests.ingest(world, [try Self.request(Self.transaction("91"), uuid: "locked-out")])
-            let result = try await Self.answer(world)
+            let result = try await ConsumptionAnswerTests.answer(world)
             #expect(result.status == 2, "\(result.stderr.suffix(800))")
             #expect(result.stderr.contains("Apple refused the App Store Connect key"))
             #expect(try await Self.received(world).isEmpty)
