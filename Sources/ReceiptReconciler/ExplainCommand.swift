@@ -242,6 +242,14 @@ enum ExplainOutput {
                  event.revocationType.map { type in type + (event.revocationPercentage.map { " \($0)" } ?? "") } ?? "-",
                  time(event.recordedAt)]
             })
+        out += "\nRefund questions (CONSUMPTION_REQUEST) and the answers, newest first\n"
+        out += evidence.consumptionAnswers.isEmpty ? "  (none)\n" : table(
+            ["asked", "transaction", "reason", "outcome", "answered", "apple", "body or why"],
+            evidence.consumptionAnswers.map { answer in
+                [time(answer.requestedAt), answer.transactionId, answer.reason ?? "-", answer.outcome, time(answer.answeredAt),
+                 answer.httpStatus.map { "HTTP \($0)" + (answer.errorCode.map { " \($0)" } ?? "") } ?? "-",
+                 [answer.body, answer.detail].compactMap { $0 }.joined(separator: "; ")]
+            })
         return out
     }
 

@@ -18,10 +18,42 @@ struct ExplainDocument: Encodable {
     let quarantinedNotificationIds: [Int64]
     let notifications: [Notification]
     let money: [MoneyEvent]
+    let consumptionRequests: [ConsumptionAnswer]
 
     enum CodingKeys: String, CodingKey {
         case accountId = "account_id", asOf = "as_of", standing, decisions, receipts, ledger, renewals, corrections, quarantine
         case quarantinedNotificationIds = "quarantined_notification_ids", notifications, money
+        case consumptionRequests = "consumption_requests"
+    }
+
+    /// One CONSUMPTION_REQUEST and its answer (docs/consumption.md, "Outcomes").
+    struct ConsumptionAnswer: Encodable {
+        let requestedAt: Date
+        let transactionId: String
+        @Nullable var reason: String?
+        let outcome: String
+        @Nullable var body: String?
+        @Nullable var httpStatus: Int?
+        @Nullable var errorCode: Int64?
+        @Nullable var detail: String?
+        @Nullable var answeredAt: Date?
+
+        enum CodingKeys: String, CodingKey {
+            case requestedAt = "requested_at", transactionId = "transaction_id", reason, outcome, body, httpStatus = "http_status"
+            case errorCode = "error_code", detail, answeredAt = "answered_at"
+        }
+
+        init(_ record: ConsumptionAnswerRecord) {
+            requestedAt = record.requestedAt
+            transactionId = record.transactionId
+            reason = record.reason
+            outcome = record.outcome
+            body = record.body
+            httpStatus = record.httpStatus
+            errorCode = record.errorCode
+            detail = record.detail
+            answeredAt = record.answeredAt
+        }
     }
 
     /// One event of the finance journal; amounts as money text, as the CSV writes them.
@@ -70,6 +102,7 @@ struct ExplainDocument: Encodable {
         quarantinedNotificationIds = evidence.quarantinedNotificationIds
         notifications = evidence.notifications.map(Notification.init)
         money = evidence.moneyEvents.map(MoneyEvent.init)
+        consumptionRequests = evidence.consumptionAnswers.map(ConsumptionAnswer.init)
     }
 
     struct Standing: Encodable {

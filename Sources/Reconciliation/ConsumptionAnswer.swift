@@ -192,3 +192,29 @@ public enum ConsumptionDecision: Sendable, Equatable {
         return .send(body, note: notes.isEmpty ? nil : notes.joined(separator: "; "))
     }
 }
+
+/// One row of `iap.consumption_answers`, as `explain` shows it.
+public struct ConsumptionAnswerRecord: Sendable, Equatable {
+    public var requestedAt: Date
+    public var transactionId: String
+    public var reason: String?
+    public var outcome: String
+    public var body: String?
+    public var httpStatus: Int?
+    public var errorCode: Int64?
+    public var detail: String?
+    public var answeredAt: Date?
+
+    public init(requestedAt: Date, transactionId: String, reason: String?, outcome: String, body: String?, httpStatus: Int?,
+                errorCode: Int64?, detail: String?, answeredAt: Date?) {
+        self.requestedAt = requestedAt
+        self.transactionId = transactionId
+        self.reason = reason
+        self.outcome = outcome
+        self.body = body
+        self.httpStatus = httpStatus
+        self.errorCode = errorCode
+        self.detail = detail
+        self.answeredAt = answeredAt
+    }
+}

@@ -117,6 +117,8 @@ public struct AccountEvidence: Sendable {
     public var quarantinedNotificationIds: [Int64] = []
     /// The account's money events in the finance journal, in the order they happened.
     public var moneyEvents: [FinanceEvent] = []
+    /// Apple's CONSUMPTION_REQUESTs for the account's transactions and their answers, newest first.
+    public var consumptionAnswers: [ConsumptionAnswerRecord] = []
 
     /// An account set aside: verifying it stopped the process three times in a row.
     public struct Quarantine: Sendable, Equatable {

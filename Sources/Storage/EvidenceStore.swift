@@ -95,6 +95,15 @@ public struct EvidenceStore: Sendable {
                 WHERE account_id = \(accountId) AND quarantined_at IS NOT NULL
                 """).first.map { AccountEvidence.Quarantine(since: try $0.decode("quarantined_at"), reason: try $0.decode("quarantine_reason")) }
             evidence.moneyEvents = try await FinanceLedger.events(accountId: accountId, connection: connection)
+            evidence.consumptionAnswers = try await connection.query("""
+                SELECT requested_at, transaction_id, reason, outcome, body, http_status, error_code, detail, answered_at
+                FROM iap.consumption_answers WHERE account_id = \(accountId) ORDER BY requested_at DESC, id DESC
+                """).map { row in
+                ConsumptionAnswerRecord(
+                    requestedAt: try row.decode("requested_at"), transactionId: try row.decode("transaction_id"), reason: try row.decode("reason"),
+                    outcome: try row.decode("outcome"), body: try row.decode("body"), httpStatus: try row.decode("http_status"),
+                    errorCode: try row.decode("error_code"), detail: try row.decode("detail"), answeredAt: try row.decode("answered_at"))
+            }
             evidence.quarantinedNotificationIds = try await connection.query("""
                 SELECT id FROM iap.notifications WHERE quarantined_at IS NOT NULL ORDER BY id
                 """).map { try $0.decode("id") }

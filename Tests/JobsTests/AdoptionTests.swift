@@ -18,7 +18,7 @@ import TestSupport
     }
 
     static let names = ["example-tables", "one-receipt-per-account", "upsert-receipt", "mirror-users", "follow-entitlements",
-                        "subscriptions-view", "import-csv", "import-users", "undo-run"]
+                        "subscriptions-view", "consent-trigger", "import-csv", "import-users", "undo-run"]
 
     /// Runs `sql` with psql as an operator would (stopping at the first error), in `directory`.
     static func psql(_ world: RunWorld, _ sql: String, variables: [String: String] = [:], in directory: URL? = nil) throws {
@@ -110,6 +110,21 @@ import TestSupport
             #expect(undone.map { $0.split(separator: "/").prefix(3).joined(separator: "/") } == ["2/pro.monthly/true", "3/pro.monthly/true"])
             #expect(undone.last == stored.first, "account 3 is back as it was before the run")
             #expect(try await Self.rows(world, "public.subscriptions") == undone)
+        }
+    }
+
+    /// Section 4: the consent trigger keeps `iap.consumption_consent` the app's own setting: given,
+    /// changed, withdrawn, deleted.
+    @Test func theConsentTriggerMirrorsTheAppsSetting() async throws {
+        try await RunWorld.with("adoption-consent") { world in
+            try Self.psql(world, try #require(try Self.snippets()["consent-trigger"]))
+            try await world.connection.execute("INSERT INTO public.privacy_settings VALUES (1, true, 'DECLINE'), (2, false, NULL), (3, true, NULL)")
+            try await world.connection.execute("UPDATE public.privacy_settings SET share_usage_with_apple = false WHERE user_id = 3")
+            try await world.connection.execute("DELETE FROM public.privacy_settings WHERE user_id = 2")
+            let rows = try await world.connection.query(
+                "SELECT account_id || '/' || consented || '/' || COALESCE(refund_preference, '-') AS r FROM iap.consumption_consent ORDER BY 1"
+            ).map { try $0.decode("r", as: String.self) }
+            #expect(rows == ["1/true/DECLINE", "3/false/-"])
         }
     }
 

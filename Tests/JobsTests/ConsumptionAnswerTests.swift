@@ -149,6 +149,19 @@ import TestSupport
             #expect(result.stdout.contains("not verified: 1"), "\(result.stdout)")
             #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE consumption_examined_at IS NULL") == 0)
 
+            // explain shows the account's requests and answers, newest first.
+            let text = try await ExplainTests.explain(world, ["gamer"])
+            #expect(text.status == 0, "\(text.stderr)")
+            let section = text.stdout.components(separatedBy: "Refund questions (CONSUMPTION_REQUEST)").last ?? ""
+            #expect(section.contains("answered_already") && section.contains("sent") && section.contains("HTTP 202"), "\(section)")
+            #expect(section.contains(delivered), "\(section)")
+            let json = try await ExplainTests.explain(world, ["gamer", "--json"])
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+            let answers = try #require(object["consumption_requests"] as? [[String: Any]])
+            #expect(answers.map { $0["outcome"] as? String } == ["answered_already", "sent"])
+            #expect(answers.map { $0["reason"] as? String } == ["OTHER", "UNINTENDED_PURCHASE"])
+            #expect(answers[1]["body"] as? String == delivered && answers[1]["http_status"] as? Int == 202)
+
             // A second run finds nothing new and sends nothing.
             let again = try await ConsumptionAnswerTests.answer(world)
             #expect(again.status == 0, "\(again.stderr.suffix(800))")
