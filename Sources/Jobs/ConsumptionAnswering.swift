@@ -67,7 +67,7 @@ public struct ConsumptionAnswering: Sendable {
         } else {
             let expired = try await store.expire(now: now, margin: policy.deadlineMargin)
             if expired > 0 { logger.warning("consumption.past_deadline", metadata: ["consumption.count": "\(expired)"]) }
-            summary.outcomes[.pastDeadline, default: 0] += expired
+            if expired > 0 { summary.outcomes[.pastDeadline, default: 0] += expired }
             try await sendPending(now: now, summary: &summary)
         }
         summary.oldestOpenRequest = try await store.oldestOpenRequest()
@@ -149,7 +149,8 @@ public struct ConsumptionAnswering: Sendable {
             verified = try await verifier.verifyNotification(signedPayload: signed)
         } catch {
             summary.rejected += 1
-            logger.warning("consumption.notification_rejected", metadata: [
+            // Counted in the summary; the nightly run reports each rejected notification as a warning already.
+            logger.info("consumption.notification_rejected", metadata: [
                 "notification.id": "\(pending.id)", "notification.reason": "\(error.reason)",
             ])
             return nil
@@ -177,7 +178,8 @@ public struct ConsumptionAnswering: Sendable {
         guard let client else { return }
         for open in try await store.pending() {
             guard Date() < open.deadline.addingTimeInterval(-policy.deadlineMargin) else {
-                summary.outcomes[.pastDeadline, default: 0] += try await store.expire(now: Date(), margin: policy.deadlineMargin)
+                let expired = try await store.expire(now: Date(), margin: policy.deadlineMargin)
+                if expired > 0 { summary.outcomes[.pastDeadline, default: 0] += expired }
                 continue
             }
             guard try await store.markSending(open.id, now: Date()) else { continue }

@@ -205,7 +205,7 @@ public enum RunReport {
             text += "\n\(summary.receiptsNotDecodedLocally) receipt(s) could not be decoded locally (not PKCS#7); they were verified with Apple all the same.\n"
         }
         if !summary.consumptionRequests.isEmpty {
-            text += "\n## CONSUMPTION_REQUESTs (Apple waits for an answer this job cannot give)\n\n"
+            text += "\n## CONSUMPTION_REQUESTs (answered by answer-consumption-requests within 12 hours: see iap.consumption_answers)\n\n"
             text += list(summary.consumptionRequests)
         }
         if let error = summary.error { text += "\n## Note\n\n\(DisplayText.escaped(error))\n" }

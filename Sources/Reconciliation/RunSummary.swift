@@ -107,7 +107,7 @@ public struct RunSummary: Sendable, Codable, Equatable {
 
     /// Server notifications processed, by type and outcome.
     public var notifications: [String: [NotificationOutcome: Int]] = [:]
-    /// CONSUMPTION_REQUESTs: Apple waits for an answer this job cannot give.
+    /// CONSUMPTION_REQUESTs processed: `answer-consumption-requests` answers them (docs/consumption.md).
     public var consumptionRequests: [String] = []
     /// Notifications rejected, each with the check that failed (`jws_invalid: signature`). Optional
     /// only so that summaries stored before V2 still decode.

@@ -325,6 +325,60 @@ import TestSupport
         }
     }
 
+    /// `cron/answer-consumption-requests.sh`, as cron and the systemd timer start it: the
+    /// environment file, the answer sent, and the metrics in a file of their own.
+    @Test func theCronWrapperAnswersAndWritesItsMetrics() async throws {
+        try await RunWorld.with("consumption-wrapper") { world in
+            try await Self.ledger(world, "gamer", "91")
+            try await Self.consent(world, "gamer", true)
+            _ = try await NotificationV2Tests.ingest(world, [try Self.request(Self.transaction("91"))])
+            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
+            let root = world.reportRoot.appending(path: "root.der")
+            try Data(NotificationV2Tests.chain.root).write(to: root)
+            let key = try Fixtures.privateKey(at: world.reportRoot.appending(path: "key.p8"))
+            let envFile = world.reportRoot.appending(path: "reconciler.env")
+            try Self.environment(world, key: key).filter { $0.key.hasPrefix("APPSTORE_") || $0.key == "DATABASE_URL" }
+                .sorted { $0.key < $1.key }.map { "\($0.key)='\($0.value)'" }.joined(separator: "\n")
+                .write(to: envFile, atomically: true, encoding: .utf8)
+            let data = world.reportRoot.appending(path: "data")
+            let process = Process()
+            process.executableURL = URL(filePath: "/bin/bash")
+            process.arguments = [TestPaths.repositoryRoot.appending(path: "cron/answer-consumption-requests.sh").path,
+                                 "--apple-root-certificate", root.path]
+            process.environment = [
+                "PATH": "/usr/bin:/bin", "RECEIPT_RECONCILER_ENV": envFile.path,
+                "RECEIPT_RECONCILER_BIN": TestPaths.binaries.appending(path: "receipt-reconciler").path, "RECEIPT_RECONCILER_DATA": data.path,
+            ]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            process.standardInput = FileHandle.nullDevice
+            try process.run()
+            while process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(process.terminationStatus == 0)
+            #expect(try await Self.received(world).map(\.status) == [202])
+            let metrics = try String(contentsOf: data.appending(path: "metrics/receipt_reconciler_consumption.prom"), encoding: .utf8)
+            #expect(metrics.contains("receipt_reconciler_consumption_answers{outcome=\"sent\"} 1"), "\(metrics)")
+        }
+    }
+
+    /// Two answering processes never run at once: while one holds the answering lock, another
+    /// exits 4 and records and sends nothing.
+    @Test func aSecondAnsweringProcessExitsFour() async throws {
+        try await RunWorld.with("consumption-lock") { world in
+            try await Self.ledger(world, "gamer", "91")
+            try await Self.consent(world, "gamer", true)
+            _ = try await NotificationV2Tests.ingest(world, [try Self.request(Self.transaction("91"))])
+            let holder = try await world.database.connect()
+            try await holder.execute("SELECT pg_advisory_lock(125835620085363)")  // "rrcons", ConsumptionStore.lockKey
+            let result = try await ConsumptionAnswerTests.answer(world)
+            await holder.close()
+            #expect(result.status == 4, "\(result.stderr.suffix(800))")
+            #expect(result.stderr.contains("another answer-consumption-requests holds the lock"))
+            #expect(try await world.count("SELECT count(*) FROM iap.consumption_answers") == 0)
+            #expect(try await Self.received(world).isEmpty)
+        }
+    }
+
     /// Apple refusing the key (401): exit 2, nothing sent, and the request left for a run with the right key.
     @Test func aRefusedKeyExitsTwoAndLeavesTheRequestForTheNextRun() async throws {
         try await RunWorld.with("consumption-401", scenario: ["api": ["unauthorized": true]]) { world in
