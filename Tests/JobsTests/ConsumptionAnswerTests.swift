@@ -341,20 +341,8 @@ import TestSupport
                 .sorted { $0.key < $1.key }.map { "\($0.key)='\($0.value)'" }.joined(separator: "\n")
                 .write(to: envFile, atomically: true, encoding: .utf8)
             let data = world.reportRoot.appending(path: "data")
-            let process = Process()
-            process.executableURL = URL(filePath: "/bin/bash")
-            process.arguments = [TestPaths.repositoryRoot.appending(path: "cron/answer-consumption-requests.sh").path,
-                                 "--apple-root-certificate", root.path]
-            process.environment = [
-                "PATH": "/usr/bin:/bin", "RECEIPT_RECONCILER_ENV": envFile.path,
-                "RECEIPT_RECONCILER_BIN": TestPaths.binaries.appending(path: "receipt-reconciler").path, "RECEIPT_RECONCILER_DATA": data.path,
-            ]
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            process.standardInput = FileHandle.nullDevice
-            try process.run()
-            while process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
-            #expect(process.terminationStatus == 0)
+            #expect(try await CronWrapperTests.runWrapper(
+                "cron/answer-consumption-requests.sh", arguments: ["--apple-root-certificate", root.path], environmentFile: envFile, data: data) == 0)
             #expect(try await Self.received(world).map(\.status) == [202])
             let metrics = try String(contentsOf: data.appending(path: "metrics/receipt_reconciler_consumption.prom"), encoding: .utf8)
             #expect(metrics.contains("receipt_reconciler_consumption_answers{outcome=\"sent\"} 1"), "\(metrics)")

@@ -269,20 +269,7 @@ import TestSupport
                 APPLE_PRODUCTION_URL=\(world.simulator.productionURL)
                 APPLE_SANDBOX_URL=\(world.simulator.sandboxURL)
                 """.write(to: envFile, atomically: true, encoding: .utf8)
-            let process = Process()
-            process.executableURL = URL(filePath: "/bin/bash")
-            process.arguments = [TestPaths.repositoryRoot.appending(path: "cron/run-nightly.sh").path]
-            process.environment = [
-                "PATH": "/usr/bin:/bin", "RECEIPT_RECONCILER_ENV": envFile.path,
-                "RECEIPT_RECONCILER_BIN": TestPaths.binaries.appending(path: "receipt-reconciler").path,
-                "RECEIPT_RECONCILER_DATA": data.path,
-            ]
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            process.standardInput = FileHandle.nullDevice
-            try process.run()
-            while process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
-            #expect(process.terminationStatus == 0)
+            #expect(try await Self.runWrapper("cron/run-nightly.sh", environmentFile: envFile, data: data) == 0)
             let reports = try FileManager.default.contentsOfDirectory(atPath: data.appending(path: "reports").path)
             #expect(reports.count == 1)
             #expect(FileManager.default.fileExists(atPath: data.appending(path: "reports/\(reports[0])/summary.md").path))
@@ -291,6 +278,24 @@ import TestSupport
             #expect(metrics.contains("receipt_reconciler_last_run_accounts{kind=\"nightly\",outcome=\"verified\"} 4"))
             #expect(try await world.count("SELECT count(*) FROM iap.entitlements") == 4)
         }
+    }
+
+    /// Runs a wrapper of `cron/` as cron or systemd starts it: bash, a bare PATH, the environment
+    /// file and the data directory; returns its exit status.
+    static func runWrapper(_ script: String, arguments: [String] = [], environmentFile: URL, data: URL) async throws -> Int32 {
+        let process = Process()
+        process.executableURL = URL(filePath: "/bin/bash")
+        process.arguments = [TestPaths.repositoryRoot.appending(path: script).path] + arguments
+        process.environment = [
+            "PATH": "/usr/bin:/bin", "RECEIPT_RECONCILER_ENV": environmentFile.path,
+            "RECEIPT_RECONCILER_BIN": TestPaths.binaries.appending(path: "receipt-reconciler").path, "RECEIPT_RECONCILER_DATA": data.path,
+        ]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        while process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
+        return process.terminationStatus
     }
 
     @Test func wrapperRefusesAMissingEnvironmentFile() async throws {
