@@ -60,6 +60,11 @@ struct ConfigurationError: Error, CustomStringConvertible {
 /// no one but its owner can read or write it, as ssh reads a private key. A key readable by the
 /// group or by everyone has leaked already, or will on the next backup; refusing it makes the
 /// operator fix the mode now rather than learn of the leak later.
+///
+/// One exception, PostgreSQL's for its server key: a file owned by root may also be read by its
+/// group (0440 or 0640 at most), root handing the secret to the service's own group. It is how
+/// Kubernetes mounts a Secret for a pod that does not run as root: owned by root, its group the
+/// pod's `fsGroup`, mode 0400 plus group read (docs/operating.md, "The image").
 enum SecretFile {
     static func read(_ path: String, what: String) throws -> String {
         var status = stat()
@@ -67,7 +72,9 @@ enum SecretFile {
             throw ConfigurationError("cannot read \(what) \(path): \(String(cString: strerror(errno)))")
         }
         let mode = status.st_mode & 0o777
-        guard mode & 0o077 == 0 else {
+        // Root's file: group read allowed, group write and everything for others not.
+        let forbidden: mode_t = status.st_uid == 0 ? 0o037 : 0o077
+        guard mode & forbidden == 0 else {
             throw ConfigurationError(
                 "\(what) \(path) is open to group or others (mode \(String(mode, radix: 8))): refused. Run: chmod 600 \(path)")
         }
