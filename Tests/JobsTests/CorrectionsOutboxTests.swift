@@ -2,7 +2,7 @@ import AppStoreModels
 import Foundation
 import Postgres
 import Reconciliation
-import Storage
+@testable import Storage
 import Testing
 import TestSupport
 
@@ -108,6 +108,35 @@ import TestSupport
     /// held row while applying; worker 1/2 plans later (larger ids) and commits. A consumer reads
     /// then; worker 0's smaller ids commit after. Read by applied_seq, none is skipped, and none
     /// read twice; a cursor on the id would have skipped every one of worker 0's.
+    /// Numbering waits for the outbox lock while another transaction holds it to its commit: the
+    /// numbers are then in commit order, so a cursor never steps over one committed later (issue
+    /// 45: replacing the lock with `SELECT 1` left every test green).
+    @Test func numberingWaitsForTheOutboxLockHeldToACommit() async throws {
+        try await RunWorld.with("outbox-lock") { world in
+            let store = ReconciliationStore(connection: world.connection)
+            let runId = try await store.createRun(kind: .nightly, isDryRun: false, startedAt: world.now, shard: nil, options: ["test": true])
+            let granted = Entitlement(accountId: "late", productId: "pro.monthly", originalTransactionId: "1", state: .active,
+                                      expiresAt: world.expiry(endDays: 30))
+            try await world.connection.execute("""
+                INSERT INTO iap.corrections (run_id, account_id, product_id, kind, reason, before, after, status)
+                VALUES (\(runId), 'late', 'pro.monthly', 'grant', 'test', NULL, \(PostgresJSON(text: try EntitlementJSON.encode(granted)!)), 'planned')
+                """)
+            // Another applier's transaction, between its numbering and its commit.
+            let other = try await world.database.connect()
+            try await other.execute("BEGIN")
+            try await other.execute("SELECT pg_advisory_xact_lock(125835821806690)")  // RunLock.outboxKey, "rroutb"
+            let applier = ReconciliationStore(connection: try await world.database.connect())
+            async let applied = applier.applyPlanned(runId: runId, afterId: 0, limit: 10, now: world.now)
+            try await waitUntil("the numbering waits for the outbox lock", timeout: .seconds(30)) { try await world.someoneWaitsOnALock() }
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE applied_seq IS NOT NULL") == 0)
+            try await other.execute("COMMIT")
+            #expect(try await applied.applied == 1)
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE applied_seq IS NOT NULL") == 1)
+            await other.close()
+            await applier.connection.close()
+        }
+    }
+
     @Test func correctionsCommittedLateWithSmallerIdsAreNotSkipped() async throws {
         try await RunWorld.with("outbox-shards") { world in
             try await OperationsTests.populate(world, count: 40)

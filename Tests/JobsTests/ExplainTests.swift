@@ -282,6 +282,28 @@ import TestSupport
         }
     }
 
+    /// `explain --expiry-lag` is the lag it decides with (issue 45: ignoring it, explain used one
+    /// hour and every test passed): a subscription that lapsed two hours ago, stored as active, is
+    /// revoked by the next run at the default hour, and held at three.
+    @Test func explainsExpiryLagIsTheOneGiven() async throws {
+        try await RunWorld.with("explain-lag") { world in
+            try await world.addReceipt("lapsed", spec: ["generate": ["subscriptions": [world.subscription(original: "100", endDays: -2.0 / 24)]]])
+            _ = try await world.run(world.options())
+            try await world.connection.execute("UPDATE iap.entitlements SET state = 'active', entitled = true WHERE account_id = 'lapsed'")
+            func decision(_ arguments: [String]) async throws -> [String: Any] {
+                let result = try await ExplainTests.explain(world, ["lapsed", "--json"] + arguments)
+                #expect(result.status == 0, "\(result.stderr)")
+                let object = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+                return try #require((object["decisions"] as? [[String: Any]])?.first)
+            }
+            let hour = try await decision([])
+            #expect(hour["held_by_expiry_lag"] as? Bool == false)
+            #expect((hour["next_run"] as? [String: Any])?["kind"] as? String == "revoke")
+            let threeHours = try await decision(["--expiry-lag", "3h"])
+            #expect(threeHours["held_by_expiry_lag"] as? Bool == true)
+        }
+    }
+
     @Test func asOfDecidesAtThatTimeWithTheSameRules() async throws {
         try await Self.world { world in
             // Twenty days on, the active subscription (ending in ten) has expired: the next run would revoke.

@@ -103,6 +103,26 @@ import TestSupport
         try await database.drop()
     }
 
+    /// Apple's signed price wins over the catalog's list price; the catalog fills in only where
+    /// Apple signed none (issue 45: preferring the catalog left every test green, and the CSV showed
+    /// list prices in Apple's currency).
+    @Test func theSignedPriceWinsOverTheCatalogs() async throws {
+        let database = try await TestDatabase.create("journal-catalog")
+        let connection = try await database.connect()
+        try await Migrator(logger: .quiet).migrate(connection)
+        try await connection.execute("""
+            INSERT INTO iap.products (product_id, type, duration, price, currency) VALUES ('com.example.product', 'auto_renewable', 'P1M', 4.99, 'USD')
+            """)
+        let signed = try Self.transaction(["isUpgraded": false, "revocationDate": NSNull(), "revocationReason": NSNull()])
+        let unsigned = try Self.transaction(["isUpgraded": false, "revocationDate": NSNull(), "revocationReason": NSNull(),
+                                             "transactionId": "23457", "price": NSNull(), "currency": NSNull()])
+        try await Self.write([signed, unsigned], connection)
+        #expect(try await Self.journal(connection, transaction: "23456") == ["renewal 10990 signed"])
+        #expect(try await Self.journal(connection, transaction: "23457") == ["renewal 4990 catalog"])
+        await connection.close()
+        try await database.drop()
+    }
+
     @Test func aPercentageOutsideWhatApplePermitsIsAFormatErrorNeverAnAmount() throws {
         for percentage in [-1, 100_001, 2_147_483_647] {
             #expect(throws: AppleJSONError.self) { try Self.transaction(["revocationPercentage": percentage]) }

@@ -290,6 +290,40 @@ extension RunWorld {
         }
     }
 
+    /// A planned revoke whose row changed after planning (the app server renewed it during the
+    /// night) is superseded, never applied over the renewal (issue 45: comparing only whether a
+    /// row exists left every test green, and locked a paying customer out).
+    @Test func aRevokeNeverOverwritesARowChangedAfterPlanning() async throws {
+        try await RunWorld.with("revoke-race") { world in
+            let store = ReconciliationStore(connection: world.connection)
+            let runId = try await store.createRun(kind: .nightly, isDryRun: false, startedAt: world.now, shard: nil, options: ["test": true])
+            // Two accounts planned alike; the app server renews one of them before the run applies.
+            for account in ["payer", "steady"] {
+                let planned = Entitlement(accountId: account, productId: "pro.monthly", originalTransactionId: "1", latestTransactionId: "1",
+                                          state: .active, expiresAt: world.expiry(endDays: -2), environment: "Production")
+                try await world.store(planned)
+                var revoked = planned
+                revoked.state = .expired
+                try await world.connection.execute("""
+                    INSERT INTO iap.corrections (run_id, account_id, product_id, kind, reason, before, after, status)
+                    VALUES (\(runId), \(account), 'pro.monthly', 'revoke', 'test', \(PostgresJSON(text: try EntitlementJSON.encode(planned)!)),
+                            \(PostgresJSON(text: try EntitlementJSON.encode(revoked)!)), 'planned')
+                    """)
+            }
+            try await world.connection.execute("""
+                UPDATE iap.entitlements SET expires_at = \(world.expiry(endDays: 28)), latest_transaction_id = '2', updated_at = now()
+                WHERE account_id = 'payer'
+                """)
+            let result = try await store.applyPlanned(runId: runId, afterId: 0, limit: 10, now: world.now)
+            #expect(result.applied == 1)  // the unchanged one: the plan's `before` is the row as stored
+            #expect(result.superseded == 1)
+            let rows = try await world.entitlements()
+            let renewed = try #require(rows["payer/pro.monthly"])
+            #expect(renewed.state == .active && renewed.latestTransactionId == "2" && renewed.expiresAt == world.expiry(endDays: 28))
+            #expect(rows["steady/pro.monthly"]?.state == .expired)
+        }
+    }
+
     /// Item 7: a grant planned where no entitlement row existed never overwrites the row the app
     /// server inserted meanwhile: it is `superseded`, and the app server's row stays.
     @Test func aGrantNeverOverwritesARowInsertedAfterPlanning() async throws {

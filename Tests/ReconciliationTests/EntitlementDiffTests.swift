@@ -81,6 +81,19 @@ import Testing
         #expect(diff.corrections(stored: [before], computed: [refunded], now: Self.now).corrections.map(\.kind) == [.revoke])
     }
 
+    /// A revoke for billing retry waits for the expiry lag as one for expiry does: Apple may still
+    /// collect within the hour (issue 45: dropping `.billingRetry` from the guard left every test green).
+    @Test func expiryLagHoldsARecentBillingRetryRevokeToo() {
+        let diff = EntitlementDiff(expiryLag: 3600)
+        let before = Self.row(.active, expires: 10)
+        let retrying = Self.row(.billingRetry, expires: -0.5 / 24)  // expired 30 minutes ago, Apple retrying
+        let held = diff.corrections(stored: [before], computed: [retrying], now: Self.now)
+        #expect(held.corrections.isEmpty)
+        #expect(held.heldRevokes.count == 1)
+        let longRetrying = Self.row(.billingRetry, expires: -2.0 / 24)
+        #expect(diff.corrections(stored: [before], computed: [longRetrying], now: Self.now).corrections.map(\.kind) == [.revoke])
+    }
+
     @Test func secondPassOverTheSameAnswerChangesNothing() {
         let receipts = [Build.receipt(latest: [Build.tx("1", expires: -20), Build.tx("2", original: "1", purchased: -20, expires: 10)],
                                       inApp: [Build.tx("9", "lifetime")])]

@@ -149,6 +149,21 @@ enum Build {
         #expect(CalendarDuration(months: 1).added(to: Date(ms: 1_706_659_200_000)) == Date(ms: 1_709_164_800_000))  // Jan 31 -> Feb 29 2024
     }
 
+    /// A pass bought again is judged by the purchase that lasts longest, the latest: the first one
+    /// ran out long ago (issue 45: judging by the first left every test green, and revoked the
+    /// customer who bought again).
+    @Test func aPassBoughtAgainIsJudgedByItsLatestPurchase() throws {
+        let catalog = [Product(productId: "season", type: .nonRenewing, duration: CalendarDuration(months: 1))]
+        let receipts = [Build.receipt(inApp: [Build.tx("4", "season", purchased: -400), Build.tx("5", "season", purchased: -10)])]
+        let pass = try #require(Build.entitlements(receipts, catalog: catalog)["season"])
+        #expect(pass.state == .active)
+        #expect(pass.latestTransactionId == "5")
+        #expect(pass.expiresAt == CalendarDuration(months: 1).added(to: Build.day(-10)))
+        // In either order of the receipt.
+        let reversed = [Build.receipt(inApp: [Build.tx("5", "season", purchased: -10), Build.tx("4", "season", purchased: -400)])]
+        #expect(Build.entitlements(reversed, catalog: catalog)["season"]?.latestTransactionId == "5")
+    }
+
     @Test func catalogTypeWinsOverTheExpiryGuess() {
         let catalog = [Product(productId: "pro.monthly", type: .nonConsumable)]
         let entitlements = Build.entitlements([Build.receipt(latest: [Build.tx("1", expires: -5)])], catalog: catalog)
