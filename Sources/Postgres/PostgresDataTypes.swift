@@ -221,11 +221,15 @@ public struct PostgresJSON: PostgresCodable, Hashable {
     public var text: String
     public init(text: String) { self.text = text }
 
-    /// Encodes `value` with sorted keys, so equal values give equal text.
+    /// Encodes `value` with sorted keys, so equal values give equal text; times as every output
+    /// writes them (`Timestamp`, UTC to the millisecond).
     public init(encoding value: some Encodable) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .iso8601
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(Timestamp.format(date))
+        }
         self.text = String(decoding: try encoder.encode(value), as: UTF8.self)
     }
 
@@ -237,9 +241,17 @@ public struct PostgresJSON: PostgresCodable, Hashable {
         return PostgresJSON(text: String(text))
     }
 
+    /// Reads what `init(encoding:)` wrote, and the whole seconds stored before it kept milliseconds.
     public func decoded<T: Decodable>(as type: T.Type) throws -> T {
         let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let container = try decoder.singleValueContainer()
+            let text = try container.decode(String.self)
+            guard let date = Timestamp.parse(text) else {
+                throw DecodingError.dataCorruptedError(in: container, debugDescription: "not a UTC time: \(text)")
+            }
+            return date
+        }
         return try decoder.decode(T.self, from: Data(text.utf8))
     }
 }

@@ -175,3 +175,21 @@ enum JSONValue: Decodable, Equatable {
         else { self = .object(try container.decode([String: JSONValue].self)) }
     }
 }
+
+/// JSON stored by the job (a run's summary and options) keeps times to the millisecond, as every
+/// other output does, and still reads the whole seconds stored before it did (issue 45).
+@Suite struct StoredJSONTimeTests {
+    struct Stamped: Codable, Equatable {
+        var at: Date
+    }
+
+    @Test func timesAreStoredToTheMillisecondAndOldSecondsStillRead() throws {
+        let at = Date(timeIntervalSince1970: 1_795_680_051.196)
+        let json = try PostgresJSON(encoding: Stamped(at: at))
+        #expect(json.text == #"{"at":"2026-11-26T08:00:51.196Z"}"#)
+        #expect(try json.decoded(as: Stamped.self) == Stamped(at: at))
+        let old = PostgresJSON(text: #"{"at":"2026-11-26T08:00:51Z"}"#)
+        #expect(try old.decoded(as: Stamped.self) == Stamped(at: Date(timeIntervalSince1970: 1_795_680_051)))
+        #expect(throws: DecodingError.self) { try PostgresJSON(text: #"{"at":"yesterday"}"#).decoded(as: Stamped.self) }
+    }
+}
