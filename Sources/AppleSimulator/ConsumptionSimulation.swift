@@ -35,19 +35,9 @@ extension AppleSimulator {
         if let retryAfter = apiTraffic.admit("consumption", environment: environment) {
             return Self.rateLimited(retryAfter: retryAfter)
         }
-        if let faults = scenario.consumptionFaults[transactionId], !faults.isEmpty {
-            let attempt = attempts.withLock { counts in
-                counts["api:consumption:\(transactionId)", default: 0] += 1
-                return counts["api:consumption:\(transactionId)"]!
-            }
-            if attempt <= faults.count {
-                let fault = faults[attempt - 1]
-                let reply = fault.errorCode.map { Self.json(["errorCode": $0, "errorMessage": "simulated"]) } ?? []
-                received(transactionId, environment, body, status: fault.http, errorCode: fault.errorCode)
-                var headers: [String: String] = [:]
-                if let wait = fault.retryAfterMilliseconds { headers["Retry-After"] = String(Int64(Date().timeIntervalSince1970 * 1000) + Int64(wait)) }
-                return .respond(status: fault.http, headers: headers, body: reply)
-            }
+        if let scripted = scriptedFault(scenario.consumptionFaults[transactionId] ?? [], counter: "api:consumption:\(transactionId)") {
+            received(transactionId, environment, body, status: scripted.fault.http, errorCode: scripted.fault.errorCode)
+            return scripted.reply
         }
         let refusal = Self.validateConsumption(body, productType: productType(of: transactionId))
         received(transactionId, environment, body, status: refusal == nil ? 202 : 400, errorCode: refusal?.rawValue)

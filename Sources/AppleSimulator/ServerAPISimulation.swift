@@ -94,17 +94,7 @@ extension AppleSimulator {
         if let retryAfter = apiTraffic.admit(kind == "history" ? "history" : "statuses", environment: endpoint) {
             return Self.rateLimited(retryAfter: retryAfter)
         }
-        let attempt = known.faults.isEmpty ? 1 : attempts.withLock { counts in
-            counts["api:\(kind):\(original)", default: 0] += 1
-            return counts["api:\(kind):\(original)"]!
-        }
-        if attempt <= known.faults.count {
-            let fault = known.faults[attempt - 1]
-            var headers: [String: String] = [:]
-            if let wait = fault.retryAfterMilliseconds { headers["Retry-After"] = String(Int64(Date().timeIntervalSince1970 * 1000) + Int64(wait)) }
-            let body = fault.errorCode.map { Self.json(["errorCode": $0, "errorMessage": "simulated"]) } ?? []
-            return .respond(status: fault.http, headers: headers, body: body)
-        }
+        if let fault = scriptedFault(known.faults, counter: "api:\(kind):\(original)") { return fault.reply }
         guard known.environment == endpoint else { return Self.apiError(404, 4040010, "Transaction id not found.") }
         // The customer's chains (one Apple ID's purchases in this environment), the found one first.
         let customer = [original] + apiWorld.customerChains(of: original).filter {
@@ -217,6 +207,22 @@ extension AppleSimulator {
     /// Apple's 429 when the quota of an endpoint ran out: `Retry-After` in UNIX milliseconds.
     static func rateLimited(retryAfter: Int64) -> SimulatedReply {
         .respond(status: 429, headers: ["Retry-After": String(retryAfter)], body: json(["errorCode": 4290000, "errorMessage": "Rate limit exceeded."]))
+    }
+
+    /// The scripted fault for this attempt (the `counter`th), with its reply: Apple's error body and
+    /// `Retry-After` (UNIX milliseconds) where the fault names them; nil once the faults are spent.
+    func scriptedFault(_ faults: [SimulatedAPIFault], counter: String) -> (fault: SimulatedAPIFault, reply: SimulatedReply)? {
+        guard !faults.isEmpty else { return nil }
+        let attempt = attempts.withLock { counts in
+            counts[counter, default: 0] += 1
+            return counts[counter]!
+        }
+        guard attempt <= faults.count else { return nil }
+        let fault = faults[attempt - 1]
+        var headers: [String: String] = [:]
+        if let wait = fault.retryAfterMilliseconds { headers["Retry-After"] = String(Int64(Date().timeIntervalSince1970 * 1000) + Int64(wait)) }
+        let body = fault.errorCode.map { Self.json(["errorCode": $0, "errorMessage": "simulated"]) } ?? []
+        return (fault, .respond(status: fault.http, headers: headers, body: body))
     }
 
     static func apiError(_ status: Int, _ code: Int, _ message: String) -> SimulatedReply {
