@@ -18,7 +18,7 @@ public struct ConsumptionInformation: Sendable, Equatable {
     }
 
     /// Always true: without the customer's consent nothing is sent at all.
-    public var customerConsented = true
+    public let customerConsented = true
     public var deliveryStatus: DeliveryStatus
     public var sampleContentProvided: Bool
     /// Milliunits, 0 to 100000; never for an auto-renewable subscription.

@@ -54,7 +54,7 @@ public struct ConsumptionAnswering: Sendable {
         var summary = ConsumptionSummary()
         summary.dryRun = dryRun
         if !dryRun {
-            let interrupted = try await store.failInterrupted(now: now)
+            let interrupted = try await store.failInterrupted()
             if interrupted > 0 {
                 summary.outcomes[.failed, default: 0] += interrupted
                 logger.error("consumption.interrupted", metadata: ["consumption.count": "\(interrupted)"])
@@ -66,9 +66,11 @@ public struct ConsumptionAnswering: Sendable {
             for open in try await store.pending() { show("transaction \(open.transactionId) (recorded earlier): \(open.body)") }
         } else {
             let expired = try await store.expire(now: now, margin: policy.deadlineMargin)
-            if expired > 0 { logger.warning("consumption.past_deadline", metadata: ["consumption.count": "\(expired)"]) }
-            if expired > 0 { summary.outcomes[.pastDeadline, default: 0] += expired }
-            try await sendPending(now: now, summary: &summary)
+            if expired > 0 {
+                logger.warning("consumption.past_deadline", metadata: ["consumption.count": "\(expired)"])
+                summary.outcomes[.pastDeadline, default: 0] += expired
+            }
+            try await sendPending(summary: &summary)
         }
         summary.oldestOpenRequest = try await store.oldestOpenRequest()
         summary.finishedAt = Date()
@@ -174,7 +176,7 @@ public struct ConsumptionAnswering: Sendable {
     }
 
     /// Step 4: each pending answer, oldest request first, within the endpoint's budget.
-    private func sendPending(now: Date, summary: inout ConsumptionSummary) async throws {
+    private func sendPending(summary: inout ConsumptionSummary) async throws {
         guard let client else { return }
         for open in try await store.pending() {
             guard Date() < open.deadline.addingTimeInterval(-policy.deadlineMargin) else {

@@ -51,10 +51,7 @@ public struct ConsumptionStore: Sendable {
         let row = try await connection.query("""
             SELECT c.consented, c.refund_preference, u.consumption_percentage, u.delivery_status,
                    (u.transaction_id IS NOT NULL) AS has_usage,
-                   EXISTS (SELECT 1 FROM iap.transactions t WHERE t.transaction_id = \(request.transactionId) AND t.account_id = \(account))
-                       AS in_ledger,
-                   EXISTS (SELECT 1 FROM iap.transactions t WHERE t.transaction_id = \(request.transactionId) AND t.account_id = \(account)
-                           AND t.cancellation_date IS NOT NULL) AS revoked,
+                   (l.transaction_id IS NOT NULL) AS in_ledger, (l.cancellation_date IS NOT NULL) AS revoked,
                    EXISTS (SELECT 1 FROM iap.transactions t
                            WHERE t.account_id = \(account)
                              AND (t.product_id = \(request.productId)
@@ -67,6 +64,7 @@ public struct ConsumptionStore: Sendable {
             FROM (SELECT 1) AS one
             LEFT JOIN iap.consumption_consent c ON c.account_id = \(account)
             LEFT JOIN iap.consumption_usage u ON u.transaction_id = \(request.transactionId)
+            LEFT JOIN iap.transactions l ON l.transaction_id = \(request.transactionId) AND l.account_id = \(account)
             """)[0]
         let consented: Bool? = try row.decode("consented")
         let usage: ConsumptionFacts.Usage? = try row.decode("has_usage", as: Bool.self)
@@ -74,12 +72,10 @@ public struct ConsumptionStore: Sendable {
                 consumptionPercentage: try row.decode("consumption_percentage"),
                 deliveryStatus: try row.decode("delivery_status", as: String?.self).flatMap(ConsumptionInformation.DeliveryStatus.init(rawValue:)))
             : nil
+        let refundPreference = try row.decode("refund_preference", as: String?.self).flatMap(ConsumptionInformation.RefundPreference.init(rawValue:))
         return ConsumptionFacts(
             accountId: account,
-            consent: consented.map { ConsumptionFacts.Consent(
-                consented: $0,
-                refundPreference: try? row.decode("refund_preference", as: String?.self).flatMap(ConsumptionInformation.RefundPreference.init(rawValue:)))
-            },
+            consent: consented.map { ConsumptionFacts.Consent(consented: $0, refundPreference: refundPreference) },
             usage: usage, inLedger: try row.decode("in_ledger"), revoked: try row.decode("revoked"), sampleInLedger: try row.decode("sample"),
             answeredRecently: try row.decode("answered"))
     }
@@ -108,29 +104,24 @@ public struct ConsumptionStore: Sendable {
     /// One recorded answer still to send.
     public struct Open: Sendable, Equatable {
         public var id: Int64
-        public var notificationUUID: String
         public var transactionId: String
         public var accountId: String?
         public var environment: AppleEnvironment
         public var deadline: Date
-        public var requestedAt: Date
         public var body: String
-        public var attempts: Int
     }
 
     /// The pending answers, oldest request first.
     public func pending() async throws -> [Open] {
         try await connection.query("""
-            SELECT id, notification_uuid, transaction_id, account_id, environment, deadline, requested_at, body, attempts
+            SELECT id, transaction_id, account_id, environment, deadline, body
             FROM iap.consumption_answers WHERE outcome = 'pending' AND body IS NOT NULL
             ORDER BY requested_at, id
             """).map { row in
             Open(
-                id: try row.decode("id"), notificationUUID: try row.decode("notification_uuid"), transactionId: try row.decode("transaction_id"),
-                accountId: try row.decode("account_id"),
+                id: try row.decode("id"), transactionId: try row.decode("transaction_id"), accountId: try row.decode("account_id"),
                 environment: AppleEnvironment(rawValue: try row.decode("environment")) ?? .production,
-                deadline: try row.decode("deadline"), requestedAt: try row.decode("requested_at"), body: try row.decode("body"),
-                attempts: try row.decode("attempts"))
+                deadline: try row.decode("deadline"), body: try row.decode("body"))
         }
     }
 
@@ -164,7 +155,7 @@ public struct ConsumptionStore: Sendable {
 
     /// Rows a dead process left `sending` (the lock says no live one is sending): Apple may have
     /// the answer, so it is never sent again. Returns how many.
-    public func failInterrupted(now: Date) async throws -> Int {
+    public func failInterrupted() async throws -> Int {
         try await connection.query("""
             UPDATE iap.consumption_answers
             SET outcome = 'failed', detail = 'the process ended while the answer was leaving: Apple may have it, so it is not sent again'
