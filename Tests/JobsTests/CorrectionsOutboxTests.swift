@@ -117,10 +117,7 @@ import TestSupport
             let runId = try await store.createRun(kind: .nightly, isDryRun: false, startedAt: world.now, shard: nil, options: ["test": true])
             let granted = Entitlement(accountId: "late", productId: "pro.monthly", originalTransactionId: "1", state: .active,
                                       expiresAt: world.expiry(endDays: 30))
-            try await world.connection.execute("""
-                INSERT INTO iap.corrections (run_id, account_id, product_id, kind, reason, before, after, status)
-                VALUES (\(runId), 'late', 'pro.monthly', 'grant', 'test', NULL, \(PostgresJSON(text: try EntitlementJSON.encode(granted)!)), 'planned')
-                """)
+            try await world.plan(runId: runId, .grant, before: nil, after: granted)
             // Another applier's transaction, between its numbering and its commit.
             let other = try await world.database.connect()
             try await other.execute("BEGIN")

@@ -7,7 +7,7 @@ import Logging
 import Postgres
 import Reconciliation
 import SchemaMigrations
-import Storage
+@testable import Storage
 import TestSupport
 
 /// A migrated database of its own, the simulator, and helpers to build accounts with known truth.
@@ -171,6 +171,17 @@ final class RunWorld: @unchecked Sendable {
             result[try row.decode("account_id"), default: []].append(try row.decode("kind"))
         }
         return result
+    }
+
+    /// A correction planned by run `runId`, as a run plans one: the row it expects (`before`, nil
+    /// where none existed) and the row it would write, as JSON.
+    func plan(runId: Int64, _ kind: Correction.Kind, before: Entitlement?, after: Entitlement) async throws {
+        try await connection.execute("""
+            INSERT INTO iap.corrections (run_id, account_id, product_id, kind, reason, before, after, status)
+            VALUES (\(runId), \(after.accountId), \(after.productId), \(kind.rawValue), 'test',
+                    \(try before.map { PostgresJSON(text: try EntitlementJSON.encode($0)!) }), \(PostgresJSON(text: try EntitlementJSON.encode(after)!)),
+                    'planned')
+            """)
     }
 
     func count(_ sql: String) async throws -> Int {

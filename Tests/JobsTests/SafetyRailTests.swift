@@ -304,11 +304,7 @@ extension RunWorld {
                 try await world.store(planned)
                 var revoked = planned
                 revoked.state = .expired
-                try await world.connection.execute("""
-                    INSERT INTO iap.corrections (run_id, account_id, product_id, kind, reason, before, after, status)
-                    VALUES (\(runId), \(account), 'pro.monthly', 'revoke', 'test', \(PostgresJSON(text: try EntitlementJSON.encode(planned)!)),
-                            \(PostgresJSON(text: try EntitlementJSON.encode(revoked)!)), 'planned')
-                    """)
+                try await world.plan(runId: runId, .revoke, before: planned, after: revoked)
             }
             try await world.connection.execute("""
                 UPDATE iap.entitlements SET expires_at = \(world.expiry(endDays: 28)), latest_transaction_id = '2', updated_at = now()
@@ -333,10 +329,7 @@ extension RunWorld {
                                                   options: ["test": true])
             let granted = Entitlement(accountId: "racer", productId: "pro.monthly", originalTransactionId: "1", state: .active,
                                       expiresAt: world.expiry(endDays: 30))
-            try await world.connection.execute("""
-                INSERT INTO iap.corrections (run_id, account_id, product_id, kind, reason, before, after, status)
-                VALUES (\(runId), 'racer', 'pro.monthly', 'grant', 'test', NULL, \(PostgresJSON(text: try EntitlementJSON.encode(granted)!)), 'planned')
-                """)
+            try await world.plan(runId: runId, .grant, before: nil, after: granted)
             // The app server's transaction: its row is inserted but not yet committed when the run applies.
             let appServer = try await world.database.connect()
             try await appServer.execute("BEGIN")
