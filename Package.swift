@@ -35,7 +35,7 @@ let package = Package(
         .target(name: "CivilCalendar"),
 
         // The only importer of libpq.
-        .target(name: "Postgres", dependencies: ["CLibPQ", "CivilCalendar", "Locking"]),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "CivilCalendar", "Locking", logging]),
         // The only importer of libcurl.
         .target(name: "HTTP", dependencies: ["CCurl", "Locking"]),
 
@@ -64,7 +64,8 @@ let package = Package(
         .target(name: "Throttling", dependencies: ["Locking"]),
 
         // Apple's two clients: verifyReceipt (routing, retries, the outcome of a verification) and the App
-        // Store Server API (paging, its retry policy, the ES256 JWT, Apple's budget), sharing connections and stops.
+        // Store Server API (paging, its retry policy, the ES256 JWT), each on the one AppleGateway it is
+        // handed (connections, limits, the storm gate, the stop switch, Apple's budget).
         .target(name: "AppStore", dependencies: ["AppStoreModels", "HTTP", "Throttling", "Locking", crypto, logging]),
 
         // The local Apple (verifyReceipt, the Server API, signed notifications with a test chain) that the
@@ -118,8 +119,14 @@ let package = Package(
         .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "CivilCalendar", "Hashing", "TestSupport"]),
         .testTarget(
             name: "JobsTests",
-            dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "CivilCalendar", "Reconciliation", "ReportOutput", "Postgres", "TestSupport", logging],
+            dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "CivilCalendar", "Hashing", "Reconciliation", "ReportOutput", "Postgres", "TestSupport", logging],
             exclude: ["Golden"]
         ),
     ]
 )
+
+// The compiler keeps the module boundaries: a member is visible only where its module is imported, so
+// `store.connection.execute` cannot compile outside Storage even when Postgres is linked in.
+for target in package.targets where target.type != .system && target.type != .plugin {
+    target.swiftSettings = (target.swiftSettings ?? []) + [.enableUpcomingFeature("MemberImportVisibility")]
+}

@@ -1,4 +1,5 @@
 import Logging
+import Throttling
 
 /// What one attempt at an exchange with Apple decided.
 enum AttemptVerdict<Done> {

@@ -62,22 +62,19 @@ public final class ServerAPIClient: Sendable {
 
     private let endpoints: Endpoints
     private let token: ServerAPIToken
-    private let shared: VerifyReceiptClient
+    /// The connections, limits, storm gate, stop switch and budget, shared with verifyReceipt when both ask.
+    public let gateway: AppleGateway
     private let policy: VerificationPolicy
     private let logger: Logger
-    /// The job's share of Apple's quota per endpoint; nil asks as fast as `--concurrency` lets it.
-    public let budget: ServerAPIBudget?
+    /// The job's share of Apple's quota per endpoint (the gateway's); nil asks as fast as `--concurrency` lets it.
+    public var budget: ServerAPIBudget? { gateway.budget }
 
-    /// - Parameter sharing: the verifyReceipt client whose connections, concurrency limit, rate
-    ///   limit and storm gate these requests share.
-    public init(endpoints: Endpoints, token: ServerAPIToken, sharing: VerifyReceiptClient, policy: VerificationPolicy, logger: Logger,
-                budget: ServerAPIBudget? = nil) {
+    public init(endpoints: Endpoints, token: ServerAPIToken, gateway: AppleGateway, policy: VerificationPolicy, logger: Logger) {
         self.endpoints = endpoints
         self.token = token
-        shared = sharing
+        self.gateway = gateway
         self.policy = policy
         self.logger = logger
-        self.budget = budget
     }
 
     // MARK: The two calls
@@ -234,8 +231,7 @@ public final class ServerAPIClient: Sendable {
             let key = ServerAPIBudget.Key(endpoint, outcome.environment)
             var verdict: Verdict
             repeat {
-                await shared.stormGate.waitIfPaused()
-                if let rateLimiter = shared.rateLimiter { await rateLimiter.acquire() }
+                await gateway.waitForTurn()
                 await budget?.acquire(key)
                 verdict = await exchange(path, query: query, method: method, body: body, key: key, outcome: &outcome, mayHop: mayHop)
             } while verdict == .paused && !Task.isCancelled  // a cancelled wait returns at once: no spinning
@@ -250,18 +246,18 @@ public final class ServerAPIClient: Sendable {
                 logger.debug("appstore.throttled", metadata: ["appstore.endpoint": "\(key)", "appstore.retry_after": "\(retryAfter ?? .zero)"])
                 return .retry(reason: why, retryAfter: retryAfter)
             case .retry(let why, let retryAfter):
-                shared.stormGate.record(transientFailure: true)
+                gateway.stormGate.record(transientFailure: true)
                 return .retry(reason: why, retryAfter: retryAfter)
             case .stopped(let why):
                 return .done(.failure(.notSent(reason: why)))
             case .body(let body):
-                shared.stormGate.record(transientFailure: false)
+                gateway.stormGate.record(transientFailure: false)
                 return .done(.body(body))
             case .hop:
-                shared.stormGate.record(transientFailure: false)
+                gateway.stormGate.record(transientFailure: false)
                 return .done(.hop)
             case .final(let failure):
-                shared.stormGate.record(transientFailure: false)
+                gateway.stormGate.record(transientFailure: false)
                 return .done(.failure(failure))
             }
         }
@@ -292,10 +288,10 @@ public final class ServerAPIClient: Sendable {
         do {
             // A 429 that came back while this request waited for its permit holds it too; and this
             // answer's 429 or 401 takes effect before its permit goes to a request waiting for it.
-            classified = try await shared.send(request, mayLeave: { budget?.isPaused(key) != true }) { response in
+            classified = try await gateway.send(request, mayLeave: { budget?.isPaused(key) != true }) { response in
                 let verdict = Self.classify(response, environment: outcome.environment, mayHop: mayHop)
                 switch verdict {
-                case .final(.unauthorized(let why)): shared.appleStop.stop(because: why)
+                case .final(.unauthorized(let why)): gateway.appleStop.stop(because: why)
                 case .throttled(_, let retryAfter?) where retryAfter > .zero && retryAfter <= policy.maximumRetryAfter:
                     budget?.pause(key, for: retryAfter)
                 default: break
@@ -314,7 +310,7 @@ public final class ServerAPIClient: Sendable {
             return .final(.failed(httpStatus: nil, errorCode: nil, reason: "\(error)"))
         }
         guard let verdict = classified else {
-            if let reason = shared.appleStop.reason { return .stopped(reason: reason) }
+            if let reason = gateway.appleStop.reason { return .stopped(reason: reason) }
             return .paused
         }
         outcome.requests += 1

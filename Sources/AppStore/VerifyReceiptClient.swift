@@ -29,43 +29,24 @@ public final class VerifyReceiptClient: Sendable {
         }
     }
 
-    let http: HTTPClient
+    /// The connections, limits, storm gate and stop switch, shared with the Server API client when both ask.
+    public let gateway: AppleGateway
     private let endpoints: Endpoints
     private let policy: VerificationPolicy
     /// The request's JSON around the receipt data, made once: the shared secret (escaped by
     /// JSONEncoder) and the policy do not change between requests.
     private let bodyPrefix = Array(#"{"receipt-data":""#.utf8)
     private let bodySuffix: [UInt8]
-    let limiter: ConcurrencyLimiter
-    let rateLimiter: RateLimiter?
-    /// Shared by all receipts: a storm of transient failures pauses everyone.
-    public let stormGate: StormGate
-    /// Shared with the Server API client: once Apple said stop, nothing more is sent to Apple.
-    public let appleStop = AppleStop()
     private let logger: Logger
 
-    /// - Parameters:
-    ///   - concurrency: HTTP requests in flight at once, across all callers.
-    ///   - requestsPerSecond: optional ceiling on the request rate.
-    public init(
-        endpoints: Endpoints, sharedSecret: String?, policy: VerificationPolicy = VerificationPolicy(),
-        concurrency: Int = 64, requestsPerSecond: Double? = nil, maximumConnectionsPerHost: Int? = nil,
-        stormGate: StormGate = StormGate(), logger: Logger
-    ) {
-        self.stormGate = stormGate
-        http = HTTPClient(configuration: .init(maximumConnectionsPerHost: maximumConnectionsPerHost ?? concurrency))
+    public init(endpoints: Endpoints, sharedSecret: String?, policy: VerificationPolicy = VerificationPolicy(), gateway: AppleGateway, logger: Logger) {
+        self.gateway = gateway
         self.endpoints = endpoints
         self.policy = policy
         let secret = sharedSecret.flatMap { try? JSONEncoder().encode($0) }.map { String(decoding: $0, as: UTF8.self) } ?? "null"
         let exclude = policy.excludeOldTransactions ? "true" : "false"
         bodySuffix = Array(#"","password":\#(secret),"exclude-old-transactions":\#(exclude)}"#.utf8)
-        limiter = ConcurrencyLimiter(limit: concurrency)
-        rateLimiter = requestsPerSecond.map { RateLimiter(requestsPerSecond: $0) }
         self.logger = logger
-    }
-
-    public func shutdown() {
-        http.shutdown()
     }
 
     /// Verifies one receipt. `knownEnvironment` is where it verified last time, if known.
@@ -133,13 +114,12 @@ public final class VerifyReceiptClient: Sendable {
 
     /// One HTTP exchange with one host, classified.
     private func exchange(_ body: [UInt8], environment: AppleEnvironment, outcome: inout VerificationOutcome) async -> Verdict {
-        await stormGate.waitIfPaused()
-        if let rateLimiter { await rateLimiter.acquire() }
+        await gateway.waitForTurn()
         let verdict = await classifiedExchange(body, environment: environment, outcome: &outcome)
         if case .retry = verdict {
-            stormGate.record(transientFailure: true)
+            gateway.stormGate.record(transientFailure: true)
         } else {
-            stormGate.record(transientFailure: false)
+            gateway.stormGate.record(transientFailure: false)
         }
         return verdict
     }
@@ -152,7 +132,7 @@ public final class VerifyReceiptClient: Sendable {
             maximumResponseBytes: policy.maximumResponseBytes)
         let sent: HTTPResponse?
         do {
-            sent = try await send(request) { $0 }
+            sent = try await gateway.send(request) { $0 }
         } catch let error as HTTPError {
             outcome.requests += 1
             outcome.endpoints.append(environment)
@@ -166,22 +146,10 @@ public final class VerifyReceiptClient: Sendable {
         } catch {
             return .final(status: nil, reason: "\(error)")
         }
-        guard let response = sent else { return .stopped(reason: appleStop.reason ?? "Apple said stop") }
+        guard let response = sent else { return .stopped(reason: gateway.appleStop.reason ?? "Apple said stop") }
         outcome.requests += 1
         outcome.endpoints.append(environment)
         return Self.verdict(on: response, outcome: &outcome)
-    }
-
-    /// Sends `request` once it holds a concurrency permit, unless Apple said stop meanwhile (nil):
-    /// checked after the wait, just before the request leaves. `mayLeave` adds a caller's own
-    /// check at the same moment (the Server API's endpoint pause after a 429); `whileHeld` reads
-    /// the answer before the permit is released, so that a stop or a pause it sets holds every
-    /// request waiting for that permit.
-    func send<Read>(_ request: HTTPRequest, mayLeave: () -> Bool = { true }, whileHeld: (HTTPResponse) -> Read) async throws -> Read? {
-        try await limiter.withPermit {
-            guard appleStop.reason == nil, mayLeave() else { return nil }
-            return whileHeld(try await http.execute(request))
-        }
     }
 
     /// What Apple's HTTP answer means. Synchronous and not inlined, so that decoding the answer

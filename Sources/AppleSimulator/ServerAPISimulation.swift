@@ -1,5 +1,6 @@
 import AppStoreModels
 import Foundation
+import Locking
 
 /// One subscription or purchase chain as the simulated Server API knows it (scenario `api.chains`):
 ///

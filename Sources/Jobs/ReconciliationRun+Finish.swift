@@ -50,7 +50,7 @@ extension ReconciliationRun {
     /// already committed stays committed when the report cannot be written; the error says so.
     func finish(_ ending: Ending, summary: inout RunSummary, writer: ReconciliationStore, report: RunReportWriter,
                         logger: Logger) async throws {
-        summary.appleStormPauses = client.stormGate.pauses
+        summary.appleStormPauses = client.gateway.stormGate.pauses
         // The process did not die: no start this run counted and left was a death.
         let runId = summary.runId
         try await withDatabaseRetry(logger: logger) { try await writer.takeBackStarts(runId: runId) }

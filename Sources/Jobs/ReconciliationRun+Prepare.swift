@@ -1,12 +1,13 @@
 import AppStore
 import AppStoreModels
+import CivilCalendar
 import Foundation
-import Throttling
+import Locking
 import Logging
 import Reconciliation
 import SignedData
 import Storage
-import Locking
+import Throttling
 
 /// Before verifying: taking over, notifications and their history, the report files, and a
 /// rolling run's plan.

@@ -1,12 +1,13 @@
 import AppStore
 import AppStoreModels
+import CivilCalendar
 import Foundation
-import Throttling
+import Locking
 import Logging
 import Reconciliation
 import SignedData
 import Storage
-import Locking
+import Throttling
 
 /// Verifying and planning: the producer, the writer, and the suspects last.
 extension ReconciliationRun {

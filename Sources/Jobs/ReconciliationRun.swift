@@ -1,12 +1,13 @@
 import AppStore
 import AppStoreModels
+import CivilCalendar
 import Foundation
-import Throttling
+import Locking
 import Logging
 import Reconciliation
 import SignedData
 import Storage
-import Locking
+import Throttling
 
 /// One `run` or `backfill`: verify the selected accounts' receipts with Apple, plan the
 /// corrections, check the safety limit, apply, report.
@@ -63,7 +64,7 @@ public final class ReconciliationRun: Sendable {
         self.sessions = sessions
         self.client = client
         self.logger = logger
-        secretGuard = SharedSecretGuard(limit: sharedSecretRejectionLimit, appleStop: client.appleStop)
+        secretGuard = SharedSecretGuard(limit: sharedSecretRejectionLimit, appleStop: client.gateway.appleStop)
     }
 
     /// Asks the run to stop taking new accounts; in-flight work is finished and committed.

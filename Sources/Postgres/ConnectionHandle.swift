@@ -98,10 +98,20 @@ final class ConnectionHandle: @unchecked Sendable {
         _ = try run("COMMIT", binds: [], phase: .transaction)
     }
 
-    func rollback() {
+    /// Ends a failed transaction. When the ROLLBACK itself fails, nobody knows what state the
+    /// session is in (still inside the transaction?), so the connection is discarded: the next
+    /// statement connects afresh rather than run inside a transaction that was meant to be gone.
+    func rollback() throws(PostgresError) {
         defer { isInTransaction = false }
-        if let connection, PQstatus(connection) == CONNECTION_OK {
-            _ = try? run("ROLLBACK", binds: [], phase: .transaction)
+        guard let connection, PQstatus(connection) == CONNECTION_OK else { return }
+        do {
+            _ = try run("ROLLBACK", binds: [], phase: .transaction)
+        } catch {
+            if let connection = self.connection {
+                finish(connection)
+                self.connection = nil
+            }
+            throw error
         }
     }
 

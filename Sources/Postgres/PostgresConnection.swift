@@ -1,6 +1,7 @@
 import CLibPQ
 import Foundation
 import Locking
+import Logging
 
 /// One connection to PostgreSQL through libpq.
 ///
@@ -18,11 +19,14 @@ public final class PostgresConnection: Sendable {
     let handle: ConnectionHandle
     /// host, port, database and user, for logs; never the password.
     public let target: String
+    /// Where what the caller cannot be told goes: a ROLLBACK that failed after the error it answers.
+    let logger: Logger
 
-    private init(thread: BlockingThread, handle: ConnectionHandle, target: String) {
+    private init(thread: BlockingThread, handle: ConnectionHandle, target: String, logger: Logger) {
         self.thread = thread
         self.handle = handle
         self.target = target
+        self.logger = logger
     }
 
     deinit {
@@ -32,7 +36,8 @@ public final class PostgresConnection: Sendable {
 
     /// Connects with a libpq connection string (`host=... dbname=...`) or a `postgresql://` URI.
     public static func connect(
-        _ connectionString: String, applicationName: String = "receipt-reconciler"
+        _ connectionString: String, applicationName: String = "receipt-reconciler",
+        logger: Logger = Logger(label: "receipt-reconciler.postgres")
     ) async throws(PostgresError) -> PostgresConnection {
         if let problem = ConnectionFailure.unsafeConnectionString(connectionString) {
             throw PostgresError(code: .badConnectionString, phase: .connect, message: problem)
@@ -40,7 +45,7 @@ public final class PostgresConnection: Sendable {
         let target = describe(connectionString)
         let thread = BlockingThread(name: "libpq")
         let handle = ConnectionHandle(connectionString: connectionString, applicationName: applicationName, target: target)
-        let connection = PostgresConnection(thread: thread, handle: handle, target: target)
+        let connection = PostgresConnection(thread: thread, handle: handle, target: target, logger: logger)
         try await connection.onThread { handle in try handle.connect() }
         return connection
     }
@@ -74,7 +79,13 @@ public final class PostgresConnection: Sendable {
         do {
             result = try await body(self)
         } catch {
-            try? await onThread { handle in handle.rollback() }
+            do {
+                try await onThread { handle in try handle.rollback() }
+            } catch let failure {
+                // The caller hears of the error that failed the transaction; this one would be lost.
+                logger.warning("ROLLBACK failed; the connection was discarded and the next statement connects afresh",
+                               metadata: ["database": "\(target)", "error": "\(failure)"])
+            }
             throw error
         }
         try await onThread { handle in try handle.commit() }

@@ -4,6 +4,7 @@ import ArgumentParser
 import CommandLineValues
 import Foundation
 import Jobs
+import Logging
 import Postgres
 import Reconciliation
 import SignedData
@@ -75,12 +76,12 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
                 logger.error("consumption.locked", metadata: ["error": "another answer-consumption-requests holds the lock on this database"])
                 throw ExitStatus.locked
             }
-            let shared = VerifyReceiptClient(endpoints: .apple, sharedSecret: nil, concurrency: 4, logger: logger)
-            defer { shared.shutdown() }
+            let gateway = AppleGateway(concurrency: 4, budget: budget.budget())
+            defer { gateway.shutdown() }
             let client = apiConfiguration.map { credentials, endpoints in
                 ServerAPIClient(
-                    endpoints: endpoints, token: ServerAPIToken(credentials: credentials), sharing: shared, policy: VerificationPolicy(),
-                    logger: logger, budget: ServerAPIBudget(quota: budget.quota(), share: budget.apiBudgetShare))
+                    endpoints: endpoints, token: ServerAPIToken(credentials: credentials), gateway: gateway, policy: VerificationPolicy(),
+                    logger: logger)
             }
             let answering = ConsumptionAnswering(
                 store: ConsumptionStore(connection: connection), notifications: NotificationStore(connection: connection), verifier: verifier,

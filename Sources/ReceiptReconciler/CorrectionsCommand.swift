@@ -1,6 +1,7 @@
-import CivilCalendar
 import ArgumentParser
+import CivilCalendar
 import Foundation
+import Logging
 import Postgres
 import Reconciliation
 import Storage

@@ -2,6 +2,7 @@ import ArgumentParser
 import CivilCalendar
 import CommandLineValues
 import Foundation
+import Logging
 import Postgres
 import Reconciliation
 import ReportOutput

@@ -77,7 +77,7 @@ struct IngestNotificationsCommand: AsyncParsableCommand {
                 }
             }
             try await flush()
-            await store.connection.close()
+            await store.close()
         }
         print("Stored \(stored) notification(s)." + (alreadyStored > 0 ? " \(alreadyStored) already stored, not stored again." : ""))
         for line in rejected { FileHandle.standardError.write(Data("not stored: \(line)\n".utf8)) }

@@ -167,14 +167,13 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
         lock: try await PostgresConnection.connect(connectionString),
         reader: try await PostgresConnection.connect(connectionString),
         writer: try await PostgresConnection.connect(connectionString))
-    let client = VerifyReceiptClient(
-        endpoints: endpoints, sharedSecret: secret, policy: options.policy, concurrency: options.concurrency,
-        requestsPerSecond: options.requestsPerSecond, logger: logger)
-    defer { client.shutdown() }
+    // One gateway to Apple: both clients share its connections, limits, stop switch and budget.
+    let gateway = AppleGateway(concurrency: options.concurrency, requestsPerSecond: options.requestsPerSecond, budget: options.apiBudget())
+    defer { gateway.shutdown() }
+    let client = VerifyReceiptClient(endpoints: endpoints, sharedSecret: secret, policy: options.policy, gateway: gateway, logger: logger)
     let serverAPI = serverAPIConfiguration.map { credentials, apiEndpoints in
         ServerAPIClient(
-            endpoints: apiEndpoints, token: ServerAPIToken(credentials: credentials), sharing: client, policy: options.policy, logger: logger,
-            budget: options.apiBudget())
+            endpoints: apiEndpoints, token: ServerAPIToken(credentials: credentials), gateway: gateway, policy: options.policy, logger: logger)
     }
     // A dry run prints the plan before anything is asked of Apple.
     var printPlan: (@Sendable (SchedulePlan) -> Void)?

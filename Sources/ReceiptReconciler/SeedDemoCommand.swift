@@ -56,14 +56,13 @@ struct SeedDemoCommand: AsyncParsableCommand {
     var expectations: String?
 
     func run() async throws {
-        let connection = try await PostgresConnection.connect(try database.connectionString())
-        let store = SeedStore(connection: connection)
+        let store = SeedStore(connection: try await PostgresConnection.connect(try database.connectionString()))
         guard try await !store.hasReceipts() else {
             throw ValidationError("iap.app_receipts already has rows: seed-demo only fills an empty database")
         }
         var world = DemoWorld(profile: profile, seed: seed, now: Date())
         if receiptFormat == .pkcs7 { world.signer = try SimulatedAppReceipt.Signer(chain: try SigningChain.create()) }
-        try await connection.withTransaction { _ in
+        try await store.load { store in
             try await store.copy(catalog: DemoWorld.catalog)
             var receipts: [SeedStore.Receipt] = []
             var entitlements: [Entitlement] = []
@@ -111,7 +110,7 @@ struct SeedDemoCommand: AsyncParsableCommand {
                 try await store.copy(notifications: world.notifications(sharedSecret: secret))
             }
         }
-        await connection.close()
+        await store.close()
         print("Seeded \(accounts) accounts (\(profile.rawValue) profile).")
     }
 }

@@ -22,6 +22,14 @@ struct ServerAPIBudgetOptions: ParsableArguments {
         guard apiBudgetShare > 0 && apiBudgetShare <= 1 else { throw ValidationError("--api-budget-share must be above 0 and at most 1") }
     }
 
+    /// The budget of a command that is one worker (no shards): built by `RunOptions.apiBudget`, the one
+    /// place a budget is made from the options.
+    func budget() -> ServerAPIBudget {
+        var options = RunOptions.defaults
+        apply(to: &options)
+        return options.apiBudget()
+    }
+
     func apply(to options: inout RunOptions) {
         options.apiBudgetShare = apiBudgetShare
         options.apiQuota = quota(startingFrom: options.apiQuota)

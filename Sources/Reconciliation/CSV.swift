@@ -1,3 +1,4 @@
+import Foundation
 /// RFC 4180 fields: quoted when they hold a comma, a quote, CR or LF; quotes doubled.
 ///
 /// Finance opens these files in a spreadsheet, where a cell starting with `=`, `+`, `-`, `@`, a

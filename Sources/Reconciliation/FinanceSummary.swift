@@ -1,3 +1,4 @@
+import Foundation
 /// What finance ties out with Apple's reports: per currency and event, how many and how much, and
 /// the net (`export-finance --summary`). Added up as the events stream by, in memory that grows
 /// with the currencies, never with the period.

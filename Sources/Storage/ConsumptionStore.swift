@@ -7,10 +7,16 @@ import Reconciliation
 /// not yet examined, what the app declared and the ledger knows, and `iap.consumption_answers`,
 /// where each request is recorded before anything is sent.
 public struct ConsumptionStore: Sendable {
-    public let connection: PostgresConnection
+    /// Storage's alone: every statement and transaction on it is written here, never by a caller.
+    let connection: PostgresConnection
 
     public init(connection: PostgresConnection) {
         self.connection = connection
+    }
+
+    /// Ends the session; later calls fail with `connectionClosed`.
+    public func close() async {
+        await connection.close()
     }
 
     /// Taken for the whole of one `answer-consumption-requests`, on its own session: one at a

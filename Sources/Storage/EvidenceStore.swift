@@ -6,10 +6,16 @@ import Reconciliation
 /// The SQL of `explain`: everything the job stored about one account, read in one transaction
 /// so the parts agree with each other.
 public struct EvidenceStore: Sendable {
-    public let connection: PostgresConnection
+    /// Storage's alone: every statement and transaction on it is written here, never by a caller.
+    let connection: PostgresConnection
 
     public init(connection: PostgresConnection) {
         self.connection = connection
+    }
+
+    /// Ends the session; later calls fail with `connectionClosed`.
+    public func close() async {
+        await connection.close()
     }
 
     public func evidence(of accountId: String) async throws -> AccountEvidence {

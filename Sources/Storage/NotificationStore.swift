@@ -5,10 +5,16 @@ import Reconciliation
 
 /// The SQL of server notifications: storing bodies, and processing the unprocessed ones.
 public struct NotificationStore: Sendable {
-    public let connection: PostgresConnection
+    /// Storage's alone: every statement and transaction on it is written here, never by a caller.
+    let connection: PostgresConnection
 
     public init(connection: PostgresConnection) {
         self.connection = connection
+    }
+
+    /// Ends the session; later calls fail with `connectionClosed`.
+    public func close() async {
+        await connection.close()
     }
 
     /// Stores bodies as received (each one a JSON object), in one statement; returns how many

@@ -1,4 +1,5 @@
 import AppStoreModels
+import CivilCalendar
 import Foundation
 import Postgres
 import Reconciliation

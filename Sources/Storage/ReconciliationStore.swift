@@ -10,10 +10,16 @@ import Reconciliation
 /// A store wraps one connection and serves one task at a time: the run uses one store to read
 /// and another to write, so pages are read while batches are written.
 public struct ReconciliationStore: Sendable {
-    public let connection: PostgresConnection
+    /// Storage's alone: every statement and transaction on it is written here, never by a caller.
+    let connection: PostgresConnection
 
     public init(connection: PostgresConnection) {
         self.connection = connection
+    }
+
+    /// Ends the session; later calls fail with `connectionClosed`.
+    public func close() async {
+        await connection.close()
     }
 
     // MARK: - Reading

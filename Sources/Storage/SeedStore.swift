@@ -5,10 +5,16 @@ import Reconciliation
 /// Loads a sample world (the demo's, the benchmark's) into an empty database with COPY: the
 /// catalog, the receipts an app server would have stored, its entitlement rows, notifications.
 public struct SeedStore: Sendable {
-    public let connection: PostgresConnection
+    /// Storage's alone: every statement and transaction on it is written here, never by a caller.
+    let connection: PostgresConnection
 
     public init(connection: PostgresConnection) {
         self.connection = connection
+    }
+
+    /// Ends the session; later calls fail with `connectionClosed`.
+    public func close() async {
+        await connection.close()
     }
 
     /// A row of `iap.app_receipts` as an app server inserts it.
@@ -22,6 +28,12 @@ public struct SeedStore: Sendable {
             self.bundleId = bundleId
             self.latestReceipt = latestReceipt
         }
+    }
+
+    /// Loads a whole world in one transaction: an empty database gets all of it or, when anything
+    /// fails, none of it, so a second try starts from empty again.
+    public func load<Result: Sendable>(_ body: (SeedStore) async throws -> Result) async throws -> Result {
+        try await connection.withTransaction { _ in try await body(self) }
     }
 
     public func hasReceipts() async throws -> Bool {

@@ -1,6 +1,7 @@
+@testable import AppStore
+import AppStoreModels
 import Testing
 import Throttling
-@testable import AppStore
 
 /// Issue 32: a rate reaches the throttles as a `Double`; none, however odd, traps them.
 @Suite struct RequestRateTests {

@@ -23,18 +23,16 @@ import Throttling
         return try ServerAPICredentials(issuerId: "issuer-1", keyId: "KEY123", bundleId: "com.example.app", privateKeyPEM: pem)
     }
 
-    /// A simulator serving `chains`, and a client of it sharing a verifyReceipt client's limits.
-    static func world(_ chains: [String: [String: Any]], unauthorized: Bool = false) throws -> (SimulatorProcess, ServerAPIClient, VerifyReceiptClient) {
+    /// A simulator serving `chains`, and a client of it with a gateway of its own: no verifyReceipt client.
+    static func world(_ chains: [String: [String: Any]], unauthorized: Bool = false) throws -> (SimulatorProcess, ServerAPIClient, AppleGateway) {
         let simulator = try SimulatorProcess(
             scenario: ["api": ["chains": chains, "unauthorized": unauthorized]], arguments: ["--signing-dir", signingDirectory.path])
         let base = "http://127.0.0.1:\(simulator.port)"
-        let verifyReceipt = VerifyReceiptClient(
-            endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: nil, policy: policy,
-            concurrency: 8, logger: .quiet)
+        let gateway = AppleGateway(concurrency: 8)
         let client = ServerAPIClient(
             endpoints: .init(production: base, sandbox: base + "/sandbox"), token: ServerAPIToken(credentials: try credentials()),
-            sharing: verifyReceipt, policy: policy, logger: .quiet)
-        return (simulator, client, verifyReceipt)
+            gateway: gateway, policy: policy, logger: .quiet)
+        return (simulator, client, gateway)
     }
 
     static func transactions(_ count: Int, original: String = "2000000000000001") -> [[String: Any]] {
@@ -123,16 +121,14 @@ import Throttling
         let simulator = try SimulatorProcess(
             scenario: ["api": ["chains": Self.chains(30)], "api_quota": ["window_seconds": 5, "production": ["history": 1.2]], "latency_ms": 200],
             arguments: ["--signing-dir", Self.signingDirectory.path])
-        let verifyReceipt = VerifyReceiptClient(
-            endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: nil, policy: Self.policy,
-            concurrency: concurrency, logger: .quiet)
-        defer { verifyReceipt.shutdown(); simulator.stop() }
+        let gateway = AppleGateway(
+            concurrency: concurrency, budget: ServerAPIBudget(quota: ServerAPIQuota(production: [.history: 1000], sandbox: [:]), share: 0.5))
+        defer { gateway.shutdown(); simulator.stop() }
         var policy = Self.policy
         policy.maximumAttempts = 20
         let client = ServerAPIClient(
             endpoints: .init(production: simulator.apiURL, sandbox: simulator.sandboxAPIURL), token: ServerAPIToken(credentials: try Self.credentials()),
-            sharing: verifyReceipt, policy: policy, logger: .quiet,
-            budget: ServerAPIBudget(quota: ServerAPIQuota(production: [.history: 1000], sandbox: [:]), share: 0.5))
+            gateway: gateway, policy: policy, logger: .quiet)
         let verified = await withTaskGroup(of: Bool.self) { group in
             for id in Self.chains(30).keys {
                 group.addTask { (try? await client.transactionHistory(originalTransactionId: id).result.get().count) == 1 }
@@ -155,13 +151,11 @@ import Throttling
         let simulator = try SimulatorProcess(
             scenario: ["api": ["chains": Self.chains(24), "unauthorized": true], "latency_ms": 100],
             arguments: ["--signing-dir", Self.signingDirectory.path])
-        let verifyReceipt = VerifyReceiptClient(
-            endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: nil, policy: Self.policy,
-            concurrency: 4, logger: .quiet)
-        defer { verifyReceipt.shutdown(); simulator.stop() }
+        let gateway = AppleGateway(concurrency: 4)
+        defer { gateway.shutdown(); simulator.stop() }
         let client = ServerAPIClient(
             endpoints: .init(production: simulator.apiURL, sandbox: simulator.sandboxAPIURL), token: ServerAPIToken(credentials: try Self.credentials()),
-            sharing: verifyReceipt, policy: Self.policy, logger: .quiet)
+            gateway: gateway, policy: Self.policy, logger: .quiet)
         let outcomes = await withTaskGroup(of: ServerAPIClient.Outcome<[String]>.self) { group in
             for id in Self.chains(24).keys { group.addTask { await client.transactionHistory(originalTransactionId: id) } }
             return await group.reduce(into: []) { $0.append($1) }
@@ -172,7 +166,7 @@ import Throttling
         #expect(sent == outcomes.map(\.requests).reduce(0, +))
         #expect((1...5).contains(sent ?? 0), "\(sent ?? 0) requests reached Apple after the key was refused")
         #expect(unauthorized.count == sent && unauthorized.count + notSent.count == 24)
-        #expect(verifyReceipt.appleStop.reason?.contains("APPSTORE_KEY_ID") == true)
+        #expect(gateway.appleStop.reason?.contains("APPSTORE_KEY_ID") == true)
     }
 
     @Test func otherClientErrorsAreFinalWithApplesCode() async throws {

@@ -22,7 +22,8 @@ import TestSupport
                        connections: Int? = nil, secret: String? = secret) -> VerifyReceiptClient {
         VerifyReceiptClient(
             endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL),
-            sharedSecret: secret, policy: policy, concurrency: concurrency, maximumConnectionsPerHost: connections, logger: .quiet)
+            sharedSecret: secret, policy: policy,
+            gateway: AppleGateway(concurrency: concurrency, maximumConnectionsPerHost: connections), logger: .quiet)
     }
 
     static func scenario(_ receipts: [String: [String: Any]], latency: Int = 0) -> [String: Any] {
@@ -41,7 +42,7 @@ import TestSupport
             "sand": ["environment": "Sandbox", "generate": Self.answer],
         ]))
         let client = Self.client(simulator)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
 
         let production = await client.verify(receipt: receiptBlob("prod"))
         #expect(production.receiptOutcome == .verified)
@@ -69,7 +70,7 @@ import TestSupport
             "loop": ["environment": "Sandbox", "faults": [["status": 21007]], "repeat_faults": true],
         ]))
         let client = Self.client(simulator)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
         let outcome = await client.verify(receipt: receiptBlob("loop"))
         #expect(outcome.receiptOutcome == .failed)
         #expect(outcome.endpoints == [.production, .sandbox])
@@ -98,7 +99,7 @@ import TestSupport
         let fault = try #require(Self.retried[label])
         let simulator = try SimulatorProcess(scenario: Self.scenario(["r": ["generate": Self.answer, "faults": [fault]]]))
         let client = Self.client(simulator)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
         let outcome = await client.verify(receipt: receiptBlob("r"))
         #expect(outcome.receiptOutcome == .verified, "\(label): \(outcome.reason ?? "")")
         #expect(outcome.attempts == 2)
@@ -122,7 +123,7 @@ import TestSupport
         let expected = try #require(Self.permanent[label])
         let simulator = try SimulatorProcess(scenario: Self.scenario(["p": ["generate": Self.answer, "faults": [expected.fault]]]))
         let client = Self.client(simulator)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
         let outcome = await client.verify(receipt: receiptBlob("p"))
         #expect(outcome.receiptOutcome == .failed, "\(label)")
         #expect(outcome.attempts == 1)
@@ -138,7 +139,7 @@ import TestSupport
             "passes": ["generate": Self.answer, "faults": [["status": 0]]],
         ]))
         let client = Self.client(simulator)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
         let persisting = await client.verify(receipt: receiptBlob("persists"))
         #expect(persisting.receiptOutcome == .failed)
         #expect(persisting.response == nil)
@@ -156,7 +157,7 @@ import TestSupport
         let simulator = try SimulatorProcess(scenario: Self.scenario(["p": ["generate": Self.answer]]))
         let wrongSecret = "wrong-\(UUID().uuidString)"
         let client = Self.client(simulator, secret: wrongSecret)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
         let outcome = await client.verify(receipt: receiptBlob("p"))
         #expect(outcome.finalStatus == 21004)
         #expect(outcome.attempts == 1)
@@ -170,7 +171,7 @@ import TestSupport
             "storm": ["generate": Self.answer, "faults": [["http": 503]], "repeat_faults": true],
         ]))
         let client = Self.client(simulator)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
         let outcome = await client.verify(receipt: receiptBlob("storm"))
         #expect(outcome.receiptOutcome == .deferred)
         #expect(outcome.attempts == 3)
@@ -185,7 +186,7 @@ import TestSupport
             "slow down": ["generate": Self.answer, "faults": [["http": 429, "retry_after": "1"]]],
         ]))
         let client = Self.client(simulator)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
         let started = ContinuousClock.now
         let outcome = await client.verify(receipt: receiptBlob("slow down"))
         let elapsed = ContinuousClock.now - started
@@ -202,7 +203,7 @@ import TestSupport
         policy.maximumAttempts = 2
         policy.requestTimeout = .milliseconds(300)
         let client = Self.client(simulator, policy: policy)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
         let outcome = await client.verify(receipt: receiptBlob("hang"))
         // Had the timeout not fired, the answer would have come after 30 s: verified, one attempt.
         #expect(outcome.receiptOutcome == .deferred)
@@ -217,7 +218,7 @@ import TestSupport
         var policy = Self.fastPolicy
         policy.maximumResponseBytes = 1_000_000
         let client = Self.client(simulator, policy: policy)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
         let outcome = await client.verify(receipt: receiptBlob("huge"))
         #expect(outcome.receiptOutcome == .failed)
         #expect(outcome.attempts == 1)
@@ -228,7 +229,7 @@ import TestSupport
     func malformedBlobsAreNeverSent(_ blob: String) async throws {
         let simulator = try SimulatorProcess(scenario: Self.scenario([:]))
         let client = Self.client(simulator)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
         let outcome = await client.verify(receipt: blob)
         #expect(outcome.receiptOutcome == .invalidReceipt)
         #expect(outcome.requests == 0)
@@ -238,7 +239,7 @@ import TestSupport
     @Test func lineBreaksAndSpacesInBlobsAreTolerated() async throws {
         let simulator = try SimulatorProcess(scenario: Self.scenario(["wrapped": ["generate": Self.answer]]))
         let client = Self.client(simulator)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
         let blob = receiptBlob("wrapped")
         let wrapped = blob.prefix(8) + "\r\n " + blob.dropFirst(8) + "\n"
         #expect(await client.verify(receipt: String(wrapped)).receiptOutcome == .verified)
@@ -259,7 +260,7 @@ import TestSupport
         // the 200 once waited over 60 s for their connection (the simulator holds for 280 s).
         let patient = VerificationPolicy(maximumAttempts: 1, connectTimeout: .seconds(270), requestTimeout: .seconds(270))
         let client = Self.client(simulator, policy: patient, concurrency: 200)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
         let outcomes = await withTaskGroup(of: String.self) { group in
             for _ in 0..<250 { group.addTask { await client.verify(receipt: receiptBlob("many")).receiptOutcome.rawValue } }
             return await group.reduce(into: [String]()) { $0.append($1) }
@@ -273,7 +274,7 @@ import TestSupport
     @Test(.disabled(if: isSanitizedRun, "timing")) func aSecondWaveReusesTheConnections() async throws {
         let simulator = try SimulatorProcess(scenario: Self.scenario(["many": ["generate": Self.answer]], latency: 1_000))
         let client = Self.client(simulator, concurrency: 200)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
         _ = await withTaskGroup(of: Void.self) { group in
             for _ in 0..<200 { group.addTask { _ = await client.verify(receipt: receiptBlob("many")) } }
         }
@@ -289,8 +290,8 @@ import TestSupport
         let simulator = try SimulatorProcess(scenario: Self.scenario(["paced": ["generate": Self.answer]]))
         let client = VerifyReceiptClient(
             endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: Self.secret,
-            policy: Self.fastPolicy, concurrency: 50, requestsPerSecond: 20, logger: .quiet)
-        defer { client.shutdown() }
+            policy: Self.fastPolicy, gateway: AppleGateway(concurrency: 50, requestsPerSecond: 20), logger: .quiet)
+        defer { client.gateway.shutdown() }
         let started = ContinuousClock.now
         let outcomes = await withTaskGroup(of: String.self) { group in
             for _ in 0..<21 { group.addTask { await client.verify(receipt: receiptBlob("paced")).receiptOutcome.rawValue } }
@@ -305,7 +306,7 @@ import TestSupport
     @Test(.disabled(if: isSanitizedRun, "timing")) func manyCallersShareFewConnections() async throws {
         let simulator = try SimulatorProcess(scenario: Self.scenario(["few": ["generate": Self.answer]], latency: 20))
         let client = Self.client(simulator, concurrency: 200, connections: 8)
-        defer { client.shutdown() }
+        defer { client.gateway.shutdown() }
         let outcomes = await withTaskGroup(of: String.self) { group in
             for _ in 0..<200 { group.addTask { await client.verify(receipt: receiptBlob("few")).receiptOutcome.rawValue } }
             return await group.reduce(into: [String]()) { $0.append($1) }
@@ -383,8 +384,8 @@ import TestSupport
         let client = VerifyReceiptClient(
             endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: "s",
             policy: VerificationPolicy(maximumAttempts: 2, backoff: Backoff(base: .milliseconds(1), maximum: .milliseconds(2))),
-            concurrency: 40, stormGate: gate, logger: .quiet)
-        defer { client.shutdown() }
+            gateway: AppleGateway(concurrency: 40, stormGate: gate), logger: .quiet)
+        defer { client.gateway.shutdown() }
         let started = ContinuousClock.now
         let outcomes = await withTaskGroup(of: String.self) { group in
             for index in 0..<40 { group.addTask { await client.verify(receipt: receiptBlob("storm\(index)")).receiptOutcome.rawValue } }

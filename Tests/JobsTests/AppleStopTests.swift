@@ -1,7 +1,8 @@
 import Foundation
 import Jobs
-import Testing
+import Reconciliation
 import TestSupport
+import Testing
 
 /// Apple's stops are immediate (issue 32): once the shared-secret guard trips on 21004 answers,
 /// no request not yet sent leaves, also the other receipts of accounts already in flight.

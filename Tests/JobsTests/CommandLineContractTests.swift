@@ -1,8 +1,9 @@
+import AppleSimulator
 import CivilCalendar
 import Foundation
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 /// The command line as a user runs it (issue 33): each option and variable here is given to the
 /// built executable, with a real PostgreSQL and the simulator, and what it promises is observed

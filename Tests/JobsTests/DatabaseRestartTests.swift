@@ -1,9 +1,10 @@
 import Foundation
 import Logging
 import Postgres
+import Reconciliation
 import SchemaMigrations
-import Testing
 import TestSupport
+import Testing
 
 /// The database server restarted in the middle of a run: the run reconnects or fails cleanly,
 /// and a rerun converges on what an undisturbed run gives.

@@ -1,7 +1,8 @@
 import AppleSimulator
 import Foundation
-import Testing
+import Postgres
 import TestSupport
+import Testing
 
 /// Issue 29, item 4: an id or a type that came from the database or from Apple never reaches a
 /// person's output raw. An account id with a line feed cannot forge a line, one with ESC or BEL

@@ -1,8 +1,9 @@
 import Foundation
+import Postgres
 import Reconciliation
 @testable import Storage
-import Testing
 import TestSupport
+import Testing
 
 /// A correction's before/after JSON, written by hand: it reads back as the same entitlement, in
 /// Swift and in PostgreSQL, whatever its strings hold.

@@ -1,8 +1,9 @@
 import CivilCalendar
 import Foundation
+import Postgres
 import Reconciliation
-import Testing
 import TestSupport
+import Testing
 
 /// `explain ACCOUNT` against a real PostgreSQL, after a real run against the simulator: the
 /// decision and the evidence lines of each kind of account, in both formats.

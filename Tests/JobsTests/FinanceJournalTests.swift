@@ -1,6 +1,7 @@
 import AppStoreModels
 import CivilCalendar
 import Foundation
+import Hashing
 import Logging
 import SchemaMigrations
 import Postgres

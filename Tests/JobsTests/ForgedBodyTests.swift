@@ -1,8 +1,11 @@
 import AppStoreModels
 import AppleSimulator
 import Foundation
-import Testing
+import Jobs
+import Postgres
+import Reconciliation
 import TestSupport
+import Testing
 
 /// A forged body as an attacker would POST it to the app's webhook (docs/guarantees.md, "Verify
 /// before reading"): garbage in `x5c`, no valid signature, and numbers that once trapped

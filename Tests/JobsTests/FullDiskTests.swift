@@ -1,6 +1,7 @@
 import Foundation
-import Testing
+import Postgres
 import TestSupport
+import Testing
 
 /// CI runs as root or as a user with passwordless sudo (`.ci/run` sets RR_REQUIRE_ROOT_TESTS=1
 /// then): a root-only suite that was skipped there fails this test, so a broken mount cannot hide

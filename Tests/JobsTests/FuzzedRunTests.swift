@@ -1,7 +1,10 @@
 import Foundation
+import Jobs
+import Postgres
+import Reconciliation
 import Storage
-import Testing
 import TestSupport
+import Testing
 
 /// The decoder fuzzers' inputs, carried on through the database write path: mutated real answers
 /// (served by the simulator) and mutated real receipts (decoded locally) go through a whole run,

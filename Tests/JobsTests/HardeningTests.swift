@@ -1,6 +1,9 @@
+import AppStoreModels
 import Foundation
-import Testing
+import Postgres
+import Reconciliation
 import TestSupport
+import Testing
 
 /// What a careless configuration or a hostile peer does to the job (issue #19, the first items):
 /// a clear error or a clamped value, never a trap, an unbounded wait or a secret in clear.

@@ -2,9 +2,10 @@ import AppStore
 import AppStoreModels
 import Foundation
 import Jobs
+import Postgres
 import Reconciliation
-import Testing
 import TestSupport
+import Testing
 
 /// Get Notification History as the delta feed (issue 28): a notification the app server never
 /// stored still reaches the ledger and makes its account due the same night; the watermark moves

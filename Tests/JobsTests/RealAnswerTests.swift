@@ -1,8 +1,10 @@
 import Foundation
+import Jobs
+import Postgres
 import Reconciliation
 import Storage
-import Testing
 import TestSupport
+import Testing
 
 /// A run over Apple's real answers (`Tests/Fixtures/verify-responses`, served by the simulator
 /// for given blobs) lands what those answers say. Every expected value below was read by hand

@@ -1,10 +1,12 @@
 import AppStore
+import AppStoreModels
 import CivilCalendar
 import Foundation
 import Jobs
+import Postgres
 import Reconciliation
-import Testing
 import TestSupport
+import Testing
 
 /// A rolling run (issue 28): accounts notifications made due first, then those at risk, then the
 /// rest oldest-verified first, each at least once per full cycle, as many as the window holds at

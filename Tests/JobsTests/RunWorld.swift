@@ -120,8 +120,9 @@ final class RunWorld: @unchecked Sendable {
         let simulator = apple ?? self.simulator
         let client = VerifyReceiptClient(
             endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: secret,
-            policy: options.policy, concurrency: options.concurrency, logger: .quiet)
-        defer { client.shutdown() }
+            policy: options.policy, gateway: AppleGateway(concurrency: options.concurrency, budget: apiBudget ? options.apiBudget() : nil),
+            logger: .quiet)
+        defer { client.gateway.shutdown() }
         // The Server API, when the options ask for it: the simulator's, with Apple's test key.
         var serverAPI: ServerAPIClient?
         if options.sources.asksServerAPI {
@@ -129,7 +130,7 @@ final class RunWorld: @unchecked Sendable {
             let credentials = try ServerAPICredentials(issuerId: "issuer", keyId: "KEY", bundleId: "com.example.app", privateKeyPEM: pem)
             serverAPI = ServerAPIClient(
                 endpoints: .init(production: simulator.apiURL, sandbox: simulator.sandboxAPIURL), token: ServerAPIToken(credentials: credentials),
-                sharing: client, policy: options.policy, logger: .quiet, budget: apiBudget ? options.apiBudget() : nil)
+                gateway: client.gateway, policy: options.policy, logger: .quiet)
         }
         let run = ReconciliationRun(options: options, sessions: sessions, client: client, serverAPI: serverAPI, sharedSecret: secret,
                                     logger: .quiet)

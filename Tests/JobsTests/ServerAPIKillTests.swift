@@ -1,7 +1,9 @@
 import Foundation
+import Jobs
 import Postgres
-import Testing
+import Reconciliation
 import TestSupport
+import Testing
 
 /// A run that asks the Server API, killed mid-way twice and rerun, loses and doubles nothing:
 /// it ends with exactly the corrections of an undisturbed run, as for verifyReceipt.

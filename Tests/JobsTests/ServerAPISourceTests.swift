@@ -3,8 +3,9 @@ import Foundation
 import Jobs
 import Postgres
 import Reconciliation
-import Testing
+import Storage
 import TestSupport
+import Testing
 
 /// `--source server-api` end to end: real PostgreSQL, the simulator's Server API signing with its
 /// own chain, the same rules, diff and writer as verifyReceipt.

@@ -1,8 +1,9 @@
 import AppStoreModels
 import AppleSimulator
 import Foundation
-import Testing
+import Reconciliation
 import TestSupport
+import Testing
 
 /// The benchmark's and the demo's real-shaped receipts: PKCS#7 the job's own decoder reads whole,
 /// carrying the spec the simulator answers from.

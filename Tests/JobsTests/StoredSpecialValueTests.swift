@@ -1,7 +1,9 @@
 import Foundation
 import Jobs
-import Testing
+import Postgres
+import Reconciliation
 import TestSupport
+import Testing
 
 /// A stored row is outside input too (issue 32): an app that keeps `expires_at = 'infinity'` for a
 /// lifetime grant once made every run fail reading its page ("not a finite ISO timestamp").

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 @_spi(Testing) import Postgres
 import Testing
 import TestSupport
@@ -128,6 +129,35 @@ import TestSupport
         #expect(try rows.map { try $0.decode("id", as: Int.self) } == [3])
         await connection.close()
         try await database.drop()
+    }
+
+    /// A ROLLBACK that fails (here: the server ended the session while the body was failing) is
+    /// logged, since the caller hears only of the body's error, and the connection is discarded:
+    /// the next statement runs on a new session, not inside the old transaction.
+    @Test func aFailedRollbackIsLoggedAndTheConnectionDiscarded() async throws {
+        let log = LogRecorder()
+        let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString, logger: log.logger)
+        let admin = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        let firstPID = try await connection.backendProcessID()
+        struct Abort: Error {}
+        await #expect(throws: Abort.self) {
+            try await connection.withTransaction { connection in
+                try await connection.execute("CREATE TEMPORARY TABLE doomed (id int)")
+                try await admin.execute("SELECT pg_terminate_backend(\(firstPID))")
+                throw Abort()
+            }
+        }
+        let warnings = log.messages.filter { $0.level == .warning }
+        #expect(warnings.count == 1)
+        #expect(warnings.first?.message.contains("ROLLBACK failed") == true)
+        #expect(warnings.first?.metadata.contains("database=") == true)
+        let rows = try await connection.query("SELECT to_regclass('pg_temp.doomed') IS NULL AS gone")
+        #expect(try rows[0].decode("gone", as: Bool.self))
+        #expect(try await connection.backendProcessID() != firstPID)
+        try await connection.withTransaction { connection in try await connection.execute("SELECT 1") }
+        #expect(log.messages.filter { $0.level == .warning }.count == 1)
+        await connection.close()
+        await admin.close()
     }
 
     @Test func reconnectsAfterTheServerDropsTheSession() async throws {
