@@ -67,17 +67,6 @@ import TestSupport
         return options
     }
 
-    /// The most of `times` (milliseconds) in any span of `span` milliseconds.
-    static func busiest(_ times: [Int64], span: Int64) -> Int {
-        let sorted = times.sorted()
-        var (best, start) = (0, 0)
-        for (end, time) in sorted.enumerated() {
-            while time - sorted[start] >= span { start += 1 }
-            best = max(best, end - start + 1)
-        }
-        return best
-    }
-
     /// The job takes its share and no more: at 10 a second (half of 20), a second's burst at most,
     /// never a 429 from a quota that leaves the other half to the app server.
     @Test func theJobNeverExceedsItsShare() async throws {
@@ -89,11 +78,12 @@ import TestSupport
             let traffic = try await world.simulator.apiStatistics()
             for endpoint in ["history/Production", "statuses/Production"] {
                 let seen = try #require(traffic[endpoint], "\(endpoint)")
+                // The simulator's quota is the judge, counting, not timing: 40 requests in the 2 s
+                // window that opens with the first one. The job's share (10 a second, a burst of 10)
+                // sends at most 30 there; the whole quota taken (20 a second, a burst of 20) would
+                // send 60 and meet 429s. A loaded machine only delays requests, and the budget's
+                // tokens never pile up past the burst, so no stall can crowd them.
                 #expect(seen.requests == 60 && seen.throttled == 0, "\(endpoint)")
-                // GCRA: in any span of T, at most rate x T plus the burst (10). Four more: arrivals are
-                // stamped by the simulator, which a loaded machine (the sanitizer's) can stall briefly.
-                #expect(Self.busiest(seen.arrivals, span: 2000) <= 20 + 10 + 4, "\(endpoint): \(seen.arrivals)")
-                #expect(Self.busiest(seen.arrivals, span: 3000) <= 30 + 10 + 4, "\(endpoint): \(seen.arrivals)")
                 let usage = try #require(summary.apiRequests?[ServerAPIEndpointKey(endpoint)!])
                 #expect(usage.budgetPerSecond == 10 && usage.requests == 60 && usage.throttled == 0)
                 #expect(usage.budgetUsed > 0 && usage.budgetUsed <= 1.3, "\(usage)")
@@ -149,15 +139,21 @@ import TestSupport
             let (a, b) = try await (one, two)
             #expect(a.ending == .completed && b.ending == .completed)
             #expect(a.summary.receipts[.verified, default: 0] + b.summary.receipts[.verified, default: 0] == 60)
-            #expect(a.summary.apiRequests?[ServerAPIEndpointKey(.history, .production)]?.budgetPerSecond == 5)
+            // Each shard's own count: its requests over what 5 a second allowed in its time, a burst
+            // of 5 on top (30 requests take at least 5 s, so at most 35/25). A slower machine only
+            // lowers it; an unbudgeted shard sends its 30 in well under a second.
+            for shard in [a.summary, b.summary] {
+                let usage = try #require(shard.apiRequests?[ServerAPIEndpointKey(.history, .production)])
+                #expect(usage.budgetPerSecond == 5)
+                #expect(usage.budgetUsed > 0 && usage.budgetUsed <= 1.4, "\(usage)")
+            }
             let traffic = try await world.simulator.apiStatistics()
             for endpoint in ["history/Production", "statuses/Production"] {
                 let seen = try #require(traffic[endpoint])
+                // Counted by the simulator's quota (40 in the first 2 s window): together 10 a second
+                // and each shard's burst of 5 send at most 30 there; a budget per shard left unsplit
+                // (10 a second each, bursts of 10) would send 60 and meet 429s.
                 #expect(seen.requests == 60 && seen.throttled == 0, "\(endpoint)")
-                // Together 10 a second, each shard's burst (5) on top; four more for a stalled simulator.
-                // One budget per shard unsplit would be 20 a second: 40 in 2 s.
-                #expect(Self.busiest(seen.arrivals, span: 2000) <= 20 + 5 + 5 + 4, "\(endpoint): \(seen.arrivals)")
-                #expect(Self.busiest(seen.arrivals, span: 3000) <= 30 + 5 + 5 + 4, "\(endpoint): \(seen.arrivals)")
             }
         }
     }

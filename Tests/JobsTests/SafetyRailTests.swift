@@ -202,12 +202,15 @@ extension RunWorld {
     /// write, so a second run is still refused; if another run took the lock meanwhile, it stops
     /// (failed) before writing more, and the next run takes over the plan it had committed.
     @Test func theRunLockOutlivesALostConnection() async throws {
-        try await RunWorld.with("lock-retaken", scenario: ["latency_ms": 40]) { world in
+        try await RunWorld.with("lock-retaken", scenario: RunWorld.heldMidRun) { world in
             try await world.populateOrdinaryAccounts(40)
             async let result = world.run(world.slowOptions())
             try await world.waitForACommittedBatch()
             let lockHolder = try await world.lockHolder()
             try await world.connection.execute("SELECT pg_terminate_backend(\(lockHolder)::integer)")
+            // Ten more answers, then Apple holds again: the run writes a batch, so takes its lock
+            // again first, and is still running while a second run asks for the lock.
+            try await world.simulator.hold(after: 10)
             try await waitUntil("the run took its lock again") {
                 let holder = try await world.lockHolder()
                 return holder != 0 && holder != lockHolder
@@ -215,6 +218,7 @@ extension RunWorld {
             let second = try await world.database.connect()
             #expect(try await RunLock.tryAcquire(second, shard: nil) == false, "a second run must be refused")
             await second.close()
+            try await world.simulator.release()
             let (summary, ending) = try await result
             #expect(ending == .completed)
             #expect(summary.correctionsApplied == 40)
@@ -222,7 +226,7 @@ extension RunWorld {
     }
 
     @Test func aRunThatLostItsLockToAnotherStopsAndItsPlanIsTakenOver() async throws {
-        try await RunWorld.with("lock-lost", scenario: ["latency_ms": 40]) { world in
+        try await RunWorld.with("lock-lost", scenario: RunWorld.heldMidRun) { world in
             try await world.populateOrdinaryAccounts(40)
             async let result = world.run(world.slowOptions())
             try await world.waitForACommittedBatch()
@@ -230,6 +234,7 @@ extension RunWorld {
             let other = try await world.database.connect()
             try await world.connection.execute("SELECT pg_terminate_backend(\(lockHolder)::integer)")
             try await waitUntil("another run took the lock") { try await RunLock.tryAcquire(other, shard: nil) }
+            try await world.simulator.release()
             do {
                 _ = try await result
                 Issue.record("the run must stop when another run holds its lock")
@@ -520,12 +525,13 @@ extension RunWorld {
     /// The time limit names a hang (the code before the fix waited forever), not a speed: the
     /// sanitized suite, many tests at once, takes minutes where a lone run takes a second.
     @Test(.timeLimit(.minutes(10))) func aCancelledRunStopsAndTheNextOneFinishesTheWork() async throws {
-        try await RunWorld.with("cancelled", scenario: ["latency_ms": 40]) { world in
+        try await RunWorld.with("cancelled", scenario: RunWorld.heldMidRun) { world in
             try await world.populateOrdinaryAccounts(40)
             let options = world.slowOptions()
             let running = Task { try await world.run(options) }
             try await world.waitForACommittedBatch()
             running.cancel()
+            try await world.simulator.release()
             let (summary, ending) = try await running.value
             #expect(ending == .interrupted)
             #expect(summary.accountsProcessed < 40)
@@ -546,7 +552,13 @@ extension RunWorld {
         for index in 0..<count { try await SafetyRailTests.ordinaryAccount(self, "g\(index)", original: "\(7000 + index)") }
     }
 
-    /// Two requests in flight: with the simulator's latency, a run long enough to act on mid-way.
+    /// Apple answers 12 requests, then holds the rest until the test releases them: a run the test
+    /// acts on mid-way however fast or slow the machine (the run's length once came from Apple's
+    /// latency, 0.8 s to act in).
+    static var heldMidRun: [String: Any] { ["hold_after_requests": 12] }
+
+    /// Two requests in flight, batches of five (`options`): with `heldMidRun`, two batches are
+    /// committed before Apple holds.
     func slowOptions() -> RunOptions {
         var options = self.options()
         options.concurrency = 2
