@@ -36,10 +36,14 @@ struct AccountProcessor: Sendable {
     /// cancelled requests, not Apple's word): nothing is written, and the account stays due.
     func process(_ work: AccountWork) async -> AccountResult? {
         TestFault.dieIfPoison(accountId: work.accountId)
-        var counts = AccountOutcomeCounts(outcome: .verified)
-        let verifications = await source.verify(work, counts: &counts)
+        let answer = await source.verify(work)
         if Task.isCancelled { return nil }
-        return result(work, verifications: verifications, counts: counts)
+        var counts = AccountOutcomeCounts(outcome: .verified)
+        counts.bundleMismatches = answer.bundleMismatches
+        counts.disagreements = answer.disagreements
+        counts.otherSourceFailed = answer.otherSourceFailed
+        counts.appleRequests = answer.otherSourceRequests
+        return result(work, verifications: answer.verifications, counts: counts)
     }
 
     /// The result of an account set aside (docs/guarantees.md, "Hostile input"): every receipt failed unread, as

@@ -10,8 +10,22 @@ import Storage
 /// writer and the reports do not know which source spoke.
 protocol AppleAccountSource: Sendable {
     var source: AppleSource { get }
-    /// Verifies the account's receipts, one result per stored receipt, in their order.
-    func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts) async -> [ReceiptVerification]
+    /// Verifies the account's receipts: one verification per stored receipt, in their order, and
+    /// what the source noticed on the way.
+    func verify(_ work: AccountWork) async -> SourceAnswer
+}
+
+/// What a source found of one account.
+struct SourceAnswer: Sendable {
+    var verifications: [ReceiptVerification]
+    /// A line per bundle id that is not this app's (verifyReceipt reads one from the receipt and
+    /// from Apple's answer; signed data of another bundle fails its verification instead).
+    var bundleMismatches: [String] = []
+    /// `--source both`: where the sources disagreed, whether the other one failed where the
+    /// authority verified, and the other one's requests (made too, so counted).
+    var disagreements: [Disagreement] = []
+    var otherSourceFailed = false
+    var otherSourceRequests = 0
 }
 
 /// What a source found of one stored receipt.
@@ -37,22 +51,22 @@ struct VerifyReceiptSource: AppleAccountSource {
     let secretGuard: SharedSecretGuard
     var source: AppleSource { .verifyReceipt }
 
-    func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts) async -> [ReceiptVerification] {
-        var verifications: [ReceiptVerification] = []
+    func verify(_ work: AccountWork) async -> SourceAnswer {
+        var answer = SourceAnswer(verifications: [])
         for receipt in work.receipts {
             if let bytes = receipt.oversizeBytes {
                 // Refused unread: neither decoded nor sent (memory stays bounded, whatever is stored).
                 let reason = "the receipt is \(bytes) bytes, more than the \(options.policy.maximumReceiptBytes) a receipt may have"
-                verifications.append(ReceiptVerification(
+                answer.verifications.append(ReceiptVerification(
                     receipt: receipt, outcome: VerificationOutcome(result: .invalidReceipt(reason: reason), environment: receipt.environment)))
                 continue
             }
             let local = Self.localDecode(receipt)
-            let outcome = await verify(receipt, local: local, accountId: work.accountId, counts: &counts)
+            let outcome = await verify(receipt, local: local, accountId: work.accountId, mismatches: &answer.bundleMismatches)
             secretGuard.note(outcome.finalStatus)
-            verifications.append(Self.verification(of: receipt, local: local, outcome: outcome))
+            answer.verifications.append(Self.verification(of: receipt, local: local, outcome: outcome))
         }
-        return verifications
+        return answer
     }
 
     /// A receipt's verification with the facts of Apple's answer. Synchronous and not inlined, as
@@ -81,19 +95,19 @@ struct VerifyReceiptSource: AppleAccountSource {
     /// Asks Apple about one receipt, unless the local decode already shows it cannot count, and
     /// holds the answer to the app's bundle ids and to what PostgreSQL can store.
     private func verify(_ receipt: StoredReceipt, local: ReceiptIdentifiers?, accountId: String,
-                        counts: inout AccountOutcomeCounts) async -> VerificationOutcome {
-        if let refused = refusal(of: receipt, local: local, accountId: accountId, counts: &counts) { return refused }
+                        mismatches: inout [String]) async -> VerificationOutcome {
+        if let refused = refusal(of: receipt, local: local, accountId: accountId, mismatches: &mismatches) { return refused }
         let outcome = await client.verify(receipt: receipt.latestReceipt, knownEnvironment: receipt.environment)
-        return held(outcome, receipt: receipt, accountId: accountId, counts: &counts)
+        return held(outcome, receipt: receipt, accountId: accountId, mismatches: &mismatches)
     }
 
     /// Why the local decode shows the receipt cannot count, if it does. (This and `held` are
     /// synchronous and not inlined, for the async frame's size: see `verification(of:local:outcome:)`.)
     @inline(never)
     private func refusal(of receipt: StoredReceipt, local: ReceiptIdentifiers?, accountId: String,
-                         counts: inout AccountOutcomeCounts) -> VerificationOutcome? {
+                         mismatches: inout [String]) -> VerificationOutcome? {
         var outcome = VerificationOutcome(result: .deferred(reason: "not attempted"), environment: receipt.environment)
-        if let bundle = local?.bundleId, let result = foreign(bundle, source: "the receipt", receipt: receipt, accountId: accountId, counts: &counts) {
+        if let bundle = local?.bundleId, let result = foreign(bundle, source: "the receipt", receipt: receipt, accountId: accountId, mismatches: &mismatches) {
             outcome.result = result
             return outcome
         }
@@ -107,11 +121,11 @@ struct VerifyReceiptSource: AppleAccountSource {
     /// Apple's answer held to the app's bundle ids and to what PostgreSQL can store.
     @inline(never)
     private func held(_ outcome: VerificationOutcome, receipt: StoredReceipt, accountId: String,
-                      counts: inout AccountOutcomeCounts) -> VerificationOutcome {
+                      mismatches: inout [String]) -> VerificationOutcome {
         guard case .verified(let response) = outcome.result else { return outcome }
         var outcome = outcome
         if let bundle = response.receipt?.bundleId,
-           let result = foreign(bundle, source: "Apple's answer", receipt: receipt, accountId: accountId, counts: &counts) {
+           let result = foreign(bundle, source: "Apple's answer", receipt: receipt, accountId: accountId, mismatches: &mismatches) {
             outcome.result = result
         } else if let problem = StorableValues.problem(in: response) {
             outcome.result = .failed(status: outcome.finalStatus, reason: "Apple's answer cannot be stored: \(problem)")
@@ -121,12 +135,12 @@ struct VerifyReceiptSource: AppleAccountSource {
 
     /// A bundle id that is not this app's (the run's `--bundle-id`s, else the receipt row's).
     private func foreign(_ bundle: String, source: String, receipt: StoredReceipt, accountId: String,
-                         counts: inout AccountOutcomeCounts) -> VerificationOutcome.Result? {
+                         mismatches: inout [String]) -> VerificationOutcome.Result? {
         let expected = options.bundleIds.isEmpty ? Set([receipt.bundleId].compactMap { $0 }.filter { !$0.isEmpty }) : options.bundleIds
         guard !expected.isEmpty, !expected.contains(bundle) else { return nil }
         let shown = StorableValues.problem(text: bundle, field: "") == nil ? bundle : "a bundle id with a NUL byte"
         let reason = "\(source) names the bundle \(shown), not this app's (\(expected.sorted().joined(separator: ", ")))"
-        counts.bundleMismatches.append("account \(accountId), receipt \(receipt.id): \(reason)")
+        mismatches.append("account \(accountId), receipt \(receipt.id): \(reason)")
         return .foreignBundle(reason: reason)
     }
 }
@@ -143,21 +157,20 @@ struct BothSources: AppleAccountSource {
     let now: Date
     var source: AppleSource { authority }
 
-    func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts) async -> [ReceiptVerification] {
-        let byVerifyReceipt = await verifyReceipt.verify(work, counts: &counts)
-        let known = EntitlementRules.union(byVerifyReceipt.compactMap(\.facts)).map(\.originalTransactionId)
-        let byServerAPI = await serverAPI.verify(
-            work, counts: &counts, knownOriginals: known, decoded: byVerifyReceipt.map(\.local))
-        let (chosen, other) = authority == .serverAPI ? (byServerAPI, byVerifyReceipt) : (byVerifyReceipt, byServerAPI)
-        // The other source's requests were made too.
-        counts.appleRequests += other.reduce(0) { $0 + $1.outcome.requests }
-        if let left = Self.facts(byVerifyReceipt), let right = Self.facts(byServerAPI) {
-            counts.disagreements = SourceComparison.disagreements(
+    func verify(_ work: AccountWork) async -> SourceAnswer {
+        let byVerifyReceipt = await verifyReceipt.verify(work)
+        let known = EntitlementRules.union(byVerifyReceipt.verifications.compactMap(\.facts)).map(\.originalTransactionId)
+        let byServerAPI = await serverAPI.verify(work, knownOriginals: known, decoded: byVerifyReceipt.verifications.map(\.local))
+        let (chosen, other) = authority == .serverAPI ? (byServerAPI, byVerifyReceipt.verifications) : (byVerifyReceipt.verifications, byServerAPI)
+        var answer = SourceAnswer(verifications: chosen, bundleMismatches: byVerifyReceipt.bundleMismatches)
+        answer.otherSourceRequests = other.reduce(0) { $0 + $1.outcome.requests }
+        if let left = Self.facts(byVerifyReceipt.verifications), let right = Self.facts(byServerAPI) {
+            answer.disagreements = SourceComparison.disagreements(
                 accountId: work.accountId, verifyReceipt: left, serverAPI: right, rules: rules, now: now)
         } else if Self.facts(chosen) != nil {
-            counts.otherSourceFailed = true
+            answer.otherSourceFailed = true
         }
-        return chosen
+        return answer
     }
 
     /// A source's facts when every receipt of the account verified; otherwise nothing to compare.

@@ -12,8 +12,8 @@ import Locking
 extension ReconciliationRun {
     /// Checks the safety limit over every account the run counts (each once), then applies the
     /// planned corrections batch by batch, or applies nothing and ends `aborted`.
-    func applyWithinSafetyLimit(now: Date, writer: ReconciliationStore, summary: inout RunSummary,
-                                        logger: Logger) async throws -> Ending {
+    func applyWithinSafetyLimit(_ context: RunContext, summary: inout RunSummary) async throws -> Ending {
+        let (now, writer, logger) = (context.now, context.writer, context.logger)
         if secretGuard.hasRejected(accountsVerified: summary.accountsVerified) { return .sharedSecretRejected }
         let ending: Ending = stopRequested.withLock { $0 } ? .interrupted : .completed
         guard !options.isDryRun else { return ending }
@@ -48,8 +48,8 @@ extension ReconciliationRun {
 
     /// Writes how the run ended to its row, its report files, the metrics file and the log. Work
     /// already committed stays committed when the report cannot be written; the error says so.
-    func finish(_ ending: Ending, summary: inout RunSummary, writer: ReconciliationStore, report: RunReportWriter,
-                        logger: Logger) async throws {
+    func finish(_ ending: Ending, summary: inout RunSummary, report: RunReportWriter, _ context: RunContext) async throws {
+        let (writer, logger) = (context.writer, context.logger)
         summary.appleStormPauses = client.gateway.stormGate.pauses
         // The process did not die: no start this run counted and left was a death.
         let runId = summary.runId

@@ -14,7 +14,8 @@ import Throttling
 extension ReconciliationRun {
     /// Before verifying: takes over the planned corrections of runs that died, processes the
     /// stored notifications, and opens the report files (without a report the run does not start).
-    func prepare(now: Date, writer: ReconciliationStore, summary: inout RunSummary, logger: Logger) async throws -> RunReportWriter {
+    func prepare(_ context: RunContext, summary: inout RunSummary) async throws -> RunReportWriter {
+        let (now, writer, logger) = (context.now, context.writer, context.logger)
         if !options.isDryRun {
             summary.correctionsAdopted = try await writer.adoptInterruptedRuns(runId: summary.runId, shard: options.selection.shard, now: now)
             if summary.correctionsAdopted > 0 {
@@ -31,7 +32,7 @@ extension ReconciliationRun {
                 let released = try await sessions.notifications.releaseQuarantined()
                 logger.notice("notification.quarantine_released", metadata: ["notification.count": "\(released)"])
             }
-            try await readNotificationHistory(now: now, summary: &summary, logger: logger)
+            try await readNotificationHistory(context, summary: &summary)
             let processor = NotificationProcessor(
                 store: sessions.notifications, sharedSecret: sharedSecret,
                 verifier: try signedData.get(), maximumAge: options.notificationMaximumAge, logger: logger)
@@ -47,7 +48,8 @@ extension ReconciliationRun {
 
     /// Get Notification History into `iap.notifications`, before they are processed: one worker
     /// reads it (shard 0, or the only one), for each environment, within the API's budget.
-    func readNotificationHistory(now: Date, summary: inout RunSummary, logger: Logger) async throws {
+    func readNotificationHistory(_ context: RunContext, summary: inout RunSummary) async throws {
+        let (now, logger) = (context.now, context.logger)
         guard options.readsNotificationHistory, let serverAPI, (options.selection.shard?.index ?? 0) == 0 else { return }
         let feed = NotificationHistoryFeed(
             client: serverAPI, store: sessions.notifications,
@@ -63,9 +65,8 @@ extension ReconciliationRun {
     /// The accounts this run takes: those selected, or, for a rolling run, its plan written to
     /// `iap.run_schedule` (notified, at risk, then the full cycle, as many as the window holds at
     /// the API budget), said in the log and to `planned` before any account is verified.
-    func plannedSelection(now: Date, writer: ReconciliationStore, summary: inout RunSummary, logger: Logger) async throws
-        -> AccountSelection
-    {
+    func plannedSelection(_ context: RunContext, summary: inout RunSummary) async throws -> AccountSelection {
+        let (now, writer, logger) = (context.now, context.writer, context.logger)
         guard let rolling = options.rollingSchedule, case .due(let staleAfter) = options.selection.kind else { return options.selection }
         let budget = serverAPI?.budget ?? options.apiBudget()
         let budgets: [ServerAPIEndpoint: Double] = [.history: budget.budget(.init(.history, .production)), .statuses: budget.budget(.init(.statuses, .production))]

@@ -18,9 +18,9 @@ extension ReconciliationRun {
     /// bounded window while a writer commits batches, at most two waiting, so Apple's requests
     /// keep flowing while the database works.
     func verifyAndPlan(
-        now: Date, rules: EntitlementRules, reader: ReconciliationStore, writer: ReconciliationStore, selection: AccountSelection,
-        summary: RunSummary, report: RunReportWriter, logger: Logger
+        _ context: RunContext, rules: EntitlementRules, selection: AccountSelection, summary: RunSummary, report: RunReportWriter
     ) async throws -> RunSummary {
+        let (now, reader, logger) = (context.now, context.reader, context.logger)
         let batches = AsyncStream<[AccountResult]>.makeStream()
         let pendingBatches = ConcurrencyLimiter(limit: 2)
         // The total is only worth a query for a person watching a terminal.
@@ -43,14 +43,12 @@ extension ReconciliationRun {
         let (written, suspects) = try await withThrowingTaskGroup(of: Written.self) { group in
             group.addTask {
                 defer { pendingBatches.close() }  // a writer that ended early never leaves the producer waiting
-                return try await self.writeBatches(batches.stream, slots: pendingBatches, summary: summary, now: now,
-                                                   writer: writer, report: report, progress: progress, logger: logger)
+                return try await self.writeBatches(
+                    batches.stream, slots: pendingBatches, summary: summary, report: report, progress: progress, context)
             }
             let suspects: [String]
             do {
-                suspects = try await verifyAccounts(
-                    processor: processor, reader: reader, selection: selection, runId: summary.runId, now: now, logger: logger
-                ) { batch in
+                suspects = try await verifyAccounts(context, processor: processor, selection: selection) { batch in
                     await pendingBatches.acquire()
                     batches.continuation.yield(batch)
                 }
@@ -62,8 +60,7 @@ extension ReconciliationRun {
             return (try await group.next()!, suspects)
         }
         let summary = try await verifySuspects(
-            suspects, processor: processor, reader: reader, writer: writer, written: written, now: now, report: report,
-            progress: progress, logger: logger)
+            suspects, processor: processor, written: written, report: report, progress: progress, context)
         progress.finish()
         return summary
     }
@@ -76,9 +73,10 @@ extension ReconciliationRun {
     /// the next one starts, so a process that dies now dies on that account only; an account
     /// whose starts never finished three times in a row is set aside instead.
     func verifySuspects(
-        _ suspects: [String], processor: AccountProcessor, reader: ReconciliationStore, writer: ReconciliationStore,
-        written: Written, now: Date, report: RunReportWriter, progress: ProgressReporter, logger: Logger
+        _ suspects: [String], processor: AccountProcessor, written: Written, report: RunReportWriter, progress: ProgressReporter,
+        _ context: RunContext
     ) async throws -> RunSummary {
+        let (now, reader, writer, logger) = (context.now, context.reader, context.writer, context.logger)
         var (summary, sequence) = written
         if !suspects.isEmpty {
             logger.notice("run.suspects", metadata: [
@@ -103,7 +101,7 @@ extension ReconciliationRun {
             }
             guard let result else { break }  // cancelled: nothing written, the account stays a suspect
             sequence += 1
-            summary = try await commit([result], sequence: sequence, summary: summary, now: now, writer: writer, report: report, logger: logger)
+            summary = try await commit([result], sequence: sequence, summary: summary, report: report, context)
             progress.report(summary)
         }
         return summary
@@ -118,9 +116,9 @@ extension ReconciliationRun {
     /// earlier run left unfinished are not verified here: they are returned, to be verified alone
     /// last (`verifySuspects`); quarantined ones fail unread.
     func verifyAccounts(
-        processor: AccountProcessor, reader: ReconciliationStore, selection: AccountSelection, runId: Int64, now: Date, logger: Logger,
-        send: (_ batch: [AccountResult]) async -> Void
+        _ context: RunContext, processor: AccountProcessor, selection: AccountSelection, send: (_ batch: [AccountResult]) async -> Void
     ) async throws -> [String] {
+        let (runId, now, reader, logger) = (context.runId, context.now, context.reader, context.logger)
         // C waiting for Apple, and a quarter more decoding, planning or backing off, so a permit
         // never idles for want of an account. Each account in the window holds its receipts and
         // its frame: 2 C held 35 MB more at C = 1,000 for the same throughput (measured at
@@ -178,8 +176,8 @@ extension ReconciliationRun {
     /// run's counts together), then the batch's failure lines. After a failure it keeps draining,
     /// so the producer is never left waiting, and stops the producer.
     func writeBatches(
-        _ batches: AsyncStream<[AccountResult]>, slots: ConcurrencyLimiter, summary: RunSummary, now: Date,
-        writer: ReconciliationStore, report: RunReportWriter, progress: ProgressReporter, logger: Logger
+        _ batches: AsyncStream<[AccountResult]>, slots: ConcurrencyLimiter, summary: RunSummary, report: RunReportWriter,
+        progress: ProgressReporter, _ context: RunContext
     ) async throws -> Written {
         var summary = summary
         var failure: (any Error)?
@@ -188,7 +186,7 @@ extension ReconciliationRun {
             defer { slots.release() }
             guard failure == nil else { continue }
             do {
-                summary = try await commit(batch, sequence: sequence + 1, summary: summary, now: now, writer: writer, report: report, logger: logger)
+                summary = try await commit(batch, sequence: sequence + 1, summary: summary, report: report, context)
             } catch {
                 failure = error
                 writerFailed.withLock { $0 = true }
@@ -204,8 +202,10 @@ extension ReconciliationRun {
     /// Commits one batch in one transaction (receipt rows, ledger, planned corrections, the marks
     /// of its accounts cleared, and the run's counts), then appends its failure lines to the
     /// report. Returns the run's counts with the batch's.
-    func commit(_ batch: [AccountResult], sequence: Int, summary: RunSummary, now: Date, writer: ReconciliationStore,
-                        report: RunReportWriter, logger: Logger) async throws -> RunSummary {
+    func commit(_ batch: [AccountResult], sequence: Int, summary: RunSummary, report: RunReportWriter, _ context: RunContext)
+        async throws -> RunSummary
+    {
+        let (now, writer, logger) = (context.now, context.writer, context.logger)
         var next = summary
         for result in batch { next.add(result.counts) }
         var write = BatchWrite(run: next, sequence: sequence, startedAt: now, isDryRun: options.isDryRun)

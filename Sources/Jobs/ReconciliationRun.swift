@@ -113,13 +113,14 @@ public final class ReconciliationRun: Sendable {
         var summary = try await startRun(now: now, writer: writer)
         var logger = self.logger
         logger[metadataKey: "run.id"] = "\(summary.runId)"
+        let context = RunContext(runId: summary.runId, now: now, reader: reader, writer: writer, logger: logger)
         logger.info("run.started", metadata: [
             "run.kind": "\(options.kind.rawValue)", "run.dry_run": "\(options.isDryRun)", "run.shard": "\(options.shardText ?? "all")",
         ])
 
         let report: RunReportWriter
         do {
-            report = try await prepare(now: now, writer: writer, summary: &summary, logger: logger)
+            report = try await prepare(context, summary: &summary)
         } catch {
             try await recordFailure(error, summary: &summary, writer: writer, report: nil)
         }
@@ -127,15 +128,14 @@ public final class ReconciliationRun: Sendable {
         let ending: Ending
         do {
             let rules = EntitlementRules(catalog: try await reader.catalog(), sandboxPolicy: options.sandboxPolicy)
-            let selection = try await plannedSelection(now: now, writer: writer, summary: &summary, logger: logger)
-            summary = try await verifyAndPlan(now: now, rules: rules, reader: reader, writer: writer, selection: selection,
-                                              summary: summary, report: report, logger: logger)
-            ending = try await applyWithinSafetyLimit(now: now, writer: writer, summary: &summary, logger: logger)
+            let selection = try await plannedSelection(context, summary: &summary)
+            summary = try await verifyAndPlan(context, rules: rules, selection: selection, summary: summary, report: report)
+            ending = try await applyWithinSafetyLimit(context, summary: &summary)
         } catch {
             try await recordFailure(error, summary: &summary, writer: writer, report: report)
         }
 
-        try await finish(ending, summary: &summary, writer: writer, report: report, logger: logger)
+        try await finish(ending, summary: &summary, report: report, context)
         return (summary, ending)
     }
 
@@ -152,6 +152,17 @@ public final class ReconciliationRun: Sendable {
         return summary
     }
 
+}
+
+/// What every phase of one run reads, made once when the run starts: its id, its one clock reading
+/// (every decision of the run is made at `now`), its two sessions (pages are read on one while
+/// batches are written on the other) and its logger, which carries the run's id.
+struct RunContext: Sendable {
+    let runId: Int64
+    let now: Date
+    let reader: ReconciliationStore
+    let writer: ReconciliationStore
+    let logger: Logger
 }
 
 /// The options as the run row records them (never the shared secret).

@@ -19,8 +19,8 @@ struct ServerAPISource: AppleAccountSource {
     let secretGuard: SharedSecretGuard
     var source: AppleSource { .serverAPI }
 
-    func verify(_ work: AccountWork, counts: inout AccountOutcomeCounts) async -> [ReceiptVerification] {
-        await verify(work, counts: &counts, knownOriginals: [], decoded: nil)
+    func verify(_ work: AccountWork) async -> SourceAnswer {
+        SourceAnswer(verifications: await verify(work, knownOriginals: [], decoded: nil))
     }
 
     /// The same, also asking for `knownOriginals` (what verifyReceipt just said of the account,
@@ -28,7 +28,7 @@ struct ServerAPISource: AppleAccountSource {
     /// when given, is the local decode of each receipt in order, already made (the decode is the
     /// largest CPU cost of an account: it is not made twice).
     func verify(
-        _ work: AccountWork, counts: inout AccountOutcomeCounts, knownOriginals: [String], decoded: [ReceiptIdentifiers?]?
+        _ work: AccountWork, knownOriginals: [String], decoded: [ReceiptIdentifiers?]?
     ) async -> [ReceiptVerification] {
         var receipts: [(StoredReceipt, ReceiptIdentifiers?)] = []
         var originals: [String] = work.stored.map(\.originalTransactionId) + knownOriginals
