@@ -160,7 +160,7 @@ public struct AccountEvidence: Sendable {
     }
 }
 
-/// Whether a run may correct the account. Contract section 5: only an account all of whose
+/// Whether a run may correct the account (docs/guarantees.md, "Entitlement rules"): only an account all of whose
 /// receipts verified gets corrections; for the others nothing changes, whatever the failure. So
 /// `explain` never announces a change for an account that is not verified.
 public enum AccountStanding: Sendable, Equatable {

@@ -1,7 +1,7 @@
 import CivilCalendar
 import Foundation
 
-/// The finance audit CSV's columns and cells (docs/reports.md, "The finance audit CSV"): what
+/// The finance audit CSV's columns and cells (docs/reports.md, "Finance audit CSV"): what
 /// `export-finance` writes for each `FinanceEvent`, in this order: the 21 columns the CSV always
 /// had, then what the journal adds.
 public enum FinanceReport {

@@ -3,7 +3,7 @@ import Foundation
 import SwiftASN1
 import X509
 
-/// The checks of signed data (docs/notifications.md, "Signed data and its checks"), in the order a
+/// The checks of signed data (docs/notifications.md, "Signed data and Server Notifications V2"), in the order a
 /// rejection names the first that failed. Nothing of the payload but its `signedDate` is read
 /// before `signature`; the claims after it are read from the verified payload.
 public enum SignedDataCheck: String, CaseIterable, Sendable, Codable {

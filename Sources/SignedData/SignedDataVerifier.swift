@@ -6,7 +6,7 @@ import Locking
 import SwiftASN1
 @_spi(DisableValidityCheck) import X509
 
-/// Verifies Apple's signed data (docs/notifications.md, "Signed data and its checks") before any field of it is used: the `x5c`
+/// Verifies Apple's signed data (docs/notifications.md, "Signed data and Server Notifications V2") before any field of it is used: the `x5c`
 /// chain up to a trusted root with Apple's extension OIDs, validity at the payload's own
 /// `signedDate`, the ES256 signature with the leaf's key, then the app's claims. Every check is
 /// evaluated and named, so a rejection says which one failed and `inspect` can show them all.

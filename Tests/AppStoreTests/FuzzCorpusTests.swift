@@ -3,7 +3,7 @@ import Foundation
 import Testing
 import TestSupport
 
-/// The JSON fuzz targets know the boundaries (docs/development.md, "Fuzzing"): each one's
+/// The JSON fuzz targets know the boundaries (docs/guarantees.md, "Hostile input": fuzzing): each one's
 /// dictionary carries every boundary token of the sweep, and its seed corpus holds one input per
 /// field of the documents it parses, that field set to a boundary value. The seeds are derived
 /// from the sweep's documents; `RR_UPDATE_FUZZ_SEEDS=1` writes them after a field is added.

@@ -210,7 +210,7 @@ import TestSupport
             #expect(lines.count == 121)
             #expect(lines.dropFirst().allSatisfy { $0.split(separator: "\t", omittingEmptySubsequences: false).count == 8 })
             #expect(lines.contains { $0.contains("acct\\tone\\nforged\tpro.monthly\trevoke\t") })
-            // Contract section 12: a cursor that is not a non-negative integer is bad usage (exit 2), and lists nothing.
+            // docs/events.md, "The outbox": a cursor that is not a non-negative integer is bad usage (exit 2), and lists nothing.
             for cursor in ["-1", "abc", "1.5", "99999999999999999999", ""] {
                 let refused = try await CLIProcess.run(["corrections", "--after=\(cursor)"], environment: environment)
                 #expect(refused.status == 2 && refused.stdout.isEmpty, "--after \(cursor.debugDescription): \(refused.status) \(refused.stderr)")

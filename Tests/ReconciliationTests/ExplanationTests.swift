@@ -86,7 +86,7 @@ import TestSupport
         #expect(decision.why.last?.contains("waits for a later run") == true)
     }
 
-    /// Contract section 5: only an account all of whose receipts verified gets corrections. Any
+    /// docs/guarantees.md, "Entitlement rules": only an account all of whose receipts verified gets corrections. Any
     /// other standing shows no next-run change, however the stored row and the ledger differ.
     @Test(arguments: [
         ("verified", [receipt()], true),
