@@ -117,11 +117,18 @@ let package = Package(
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "AppStoreModels", "SignedData", "Throttling", "HTTP", "TestSupport", logging, crypto]),
         .testTarget(name: "SignedDataTests", dependencies: ["SignedData", "AppStoreModels", "AppleSimulator", "Hashing", "Locking", "TestSupport"]),
         .testTarget(name: "ReconciliationTests", dependencies: ["Reconciliation", "AppStoreModels", "CivilCalendar", "Hashing", "TestSupport"]),
-        .testTarget(
-            name: "JobsTests",
-            dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "CivilCalendar", "Hashing", "Reconciliation", "ReportOutput", "Postgres", "TestSupport", logging],
-            exclude: ["Golden"]
-        ),
+        // A world for the tests below: a migrated database of its own, the simulator, accounts with known
+        // truth, and the executable's environment (RunWorld, V2Notifications, V1Notifications, APIWorld).
+        .target(
+            name: "WorldSupport",
+            dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "AppleSimulator", "Reconciliation", "Postgres", "TestSupport", logging],
+            path: "Tests/WorldSupport"),
+        // The tests of each module, by the module they test: Storage's SQL and its journal; a run of Jobs in
+        // process; the executable as users run it; the house's own rules (sizes, citations, boundary lints, fuzz fail cases).
+        .testTarget(name: "StorageTests", dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "CivilCalendar", "Hashing", "Reconciliation", "ReportOutput", "Postgres", "TestSupport", "WorldSupport", logging], exclude: ["Golden"]),
+        .testTarget(name: "JobsTests", dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "CivilCalendar", "Hashing", "Reconciliation", "ReportOutput", "Postgres", "TestSupport", "WorldSupport", logging]),
+        .testTarget(name: "CommandLineTests", dependencies: ["Jobs", "Storage", "SchemaMigrations", "AppStore", "AppStoreModels", "SignedData", "AppleSimulator", "CivilCalendar", "Hashing", "Reconciliation", "ReportOutput", "Postgres", "TestSupport", "WorldSupport", logging]),
+        .testTarget(name: "HouseTests", dependencies: ["TestSupport"]),
     ]
 )
 

@@ -6,6 +6,7 @@ import Reconciliation
 import Storage
 import Testing
 import TestSupport
+@testable import WorldSupport
 
 /// Apple's budget on the App Store Server API (issue 28): the job keeps to its share of each
 /// endpoint's quota, a 429 stops the endpoint for every task until Retry-After, shards together

@@ -3,6 +3,7 @@ import Jobs
 import Reconciliation
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// Apple's stops are immediate (issue 32): once the shared-secret guard trips on 21004 answers,
 /// no request not yet sent leaves, also the other receipts of accounts already in flight.

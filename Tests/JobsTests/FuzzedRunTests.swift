@@ -5,6 +5,7 @@ import Reconciliation
 import Storage
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// The decoder fuzzers' inputs, carried on through the database write path: mutated real answers
 /// (served by the simulator) and mutated real receipts (decoded locally) go through a whole run,

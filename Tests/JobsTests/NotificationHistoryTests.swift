@@ -6,6 +6,7 @@ import Postgres
 import Reconciliation
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// Get Notification History as the delta feed (issue 28): a notification the app server never
 /// stored still reaches the ledger and makes its account due the same night; the watermark moves

@@ -6,27 +6,10 @@ import Reconciliation
 import Storage
 import Testing
 import TestSupport
+@testable import WorldSupport
 
 /// Server notifications against real PostgreSQL and the simulator (docs/notifications.md, "Server notifications (v1)").
 @Suite struct NotificationTests {
-    static func notification(_ type: String, password: String, original: String, transactions: [[String: Any]] = [],
-                             environment: String = "PROD") -> String {
-        let body: [String: Any] = [
-            "notification_type": type, "password": password, "environment": environment, "original_transaction_id": original,
-            "unified_receipt": ["status": 0, "environment": "Production", "latest_receipt": "ZmFrZQ==",
-                                "latest_receipt_info": transactions, "pending_renewal_info": []],
-        ]
-        return String(decoding: try! JSONSerialization.data(withJSONObject: body, options: [.sortedKeys]), as: UTF8.self)
-    }
-
-    static func store(_ world: RunWorld, _ bodies: [String], receivedAt: String = "now()") async throws {
-        for body in bodies {
-            try await world.connection.execute(PostgresQuery(
-                unsafeSQL: "INSERT INTO iap.notifications (body, received_at) VALUES ($1::jsonb, \(receivedAt))",
-                binds: [PostgresBind(body)]))
-        }
-    }
-
     @Test func aRefundOfAFinishedConsumableReachesTheLedgerAndTheFinanceExport() async throws {
         try await RunWorld.with("refund") { world in
             // An earlier run recorded the purchase; Apple's answer no longer shows the finished consumable.
@@ -37,7 +20,7 @@ import TestSupport
                 """)
             try await world.connection.execute("INSERT INTO iap.products (product_id, type, price, currency) VALUES ('coins.100', 'consumable', 0.99, 'USD')")
             let refundedAt = world.nowMs - 3_600_000
-            try await Self.store(world, [Self.notification("REFUND", password: world.secret, original: "91", transactions: [[
+            try await V1Notifications.store(world, [V1Notifications.notification("REFUND", password: world.secret, original: "91", transactions: [[
                 "transaction_id": "91", "original_transaction_id": "91", "product_id": "coins.100", "quantity": "1",
                 "purchase_date_ms": String(world.nowMs - 3 * world.dayMs), "cancellation_date_ms": String(refundedAt),
                 "cancellation_reason": "1",
@@ -70,7 +53,7 @@ import TestSupport
             try await world.addReceipt("victim", spec: ["generate": ["subscriptions": [world.subscription(original: "50", endDays: 10)]]])
             _ = try await world.run(world.options())
             let ledger = try await world.connection.query("SELECT * FROM iap.transactions ORDER BY transaction_id").map(\.values)
-            try await Self.store(world, [Self.notification("REVOKE", password: "guess", original: "50", transactions: [[
+            try await V1Notifications.store(world, [V1Notifications.notification("REVOKE", password: "guess", original: "50", transactions: [[
                 "transaction_id": "50", "original_transaction_id": "50", "product_id": "pro.monthly",
                 "cancellation_date_ms": String(world.nowMs), "cancellation_reason": "0",
             ]])])
@@ -88,7 +71,7 @@ import TestSupport
     @Test func unmatchedIsRetriedAndMatchedOnceTheLedgerHasIt() async throws {
         try await RunWorld.with("unmatched") { world in
             try await world.addReceipt("late", spec: ["generate": ["subscriptions": [world.subscription(original: "777", endDays: 10)]]])
-            try await Self.store(world, [Self.notification("DID_RENEW", password: world.secret, original: "777")])
+            try await V1Notifications.store(world, [V1Notifications.notification("DID_RENEW", password: world.secret, original: "777")])
             // First run: processed before any account is verified, so nobody owns 777 yet.
             let (first, _) = try await world.run(world.options())
             #expect(first.notifications["DID_RENEW"]?[.unmatched] == 1)
@@ -103,7 +86,7 @@ import TestSupport
 
     @Test func unmatchedIsGivenUpAfterTheMaximumAge() async throws {
         try await RunWorld.with("givenup") { world in
-            try await Self.store(world, [Self.notification("DID_RENEW", password: world.secret, original: "404")],
+            try await V1Notifications.store(world, [V1Notifications.notification("DID_RENEW", password: world.secret, original: "404")],
                                  receivedAt: "now() - interval '8 days'")
             let (summary, _) = try await world.run(world.options())
             #expect(summary.notifications["DID_RENEW"]?[.unmatched] == 1)
@@ -118,9 +101,9 @@ import TestSupport
                                               latestTransactionId: "60", state: .active, expiresAt: world.expiry(endDays: -10)))
             // Verified an hour ago: not due for the nightly run...
             try await world.connection.execute("UPDATE iap.app_receipts SET last_verified_at = now() - interval '1 hour'")
-            try await Self.store(world, [
-                Self.notification("DID_RENEW", password: world.secret, original: "60"),
-                Self.notification("CONSUMPTION_REQUEST", password: world.secret, original: "60"),
+            try await V1Notifications.store(world, [
+                V1Notifications.notification("DID_RENEW", password: world.secret, original: "60"),
+                V1Notifications.notification("CONSUMPTION_REQUEST", password: world.secret, original: "60"),
                 #"{"unified_receipt": {"status": 0}}"#,
             ])
             // ...but the notification makes it due now.
@@ -145,7 +128,7 @@ import TestSupport
         try await RunWorld.with("ingest") { world in
             let input = world.reportRoot.appending(path: "notifications.jsonl")
             try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
-            let good = Self.notification("DID_RENEW", password: world.secret, original: "1")
+            let good = V1Notifications.notification("DID_RENEW", password: world.secret, original: "1")
             try [good, "{not json", "", "[1, 2]", good].joined(separator: "\n").write(to: input, atomically: true, encoding: .utf8)
             let fixture = TestPaths.fixtures.appending(path: "notifications/aporat-serverNotificationRequest-DID_RENEW.json")
             let result = try await CLIProcess.run(["ingest-notifications", input.path, fixture.path],

@@ -5,6 +5,7 @@ import Reconciliation
 import Storage
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// A run over Apple's real answers (`Tests/Fixtures/verify-responses`, served by the simulator
 /// for given blobs) lands what those answers say. Every expected value below was read by hand

@@ -6,6 +6,7 @@ import Reconciliation
 import Storage
 import Testing
 import TestSupport
+@testable import WorldSupport
 
 /// A world of accounts with known truth, run against real PostgreSQL and the simulator.
 @Suite struct ReconciliationRunTests {
@@ -378,8 +379,8 @@ import TestSupport
 
     @Test func reportsAndLogsWriteOneFormat() async throws {
         try await RunWorld.with("timestamps") { world in
-            try await OperationsTests.populate(world, count: 4)
-            let environment = OperationsTests.environment(world)
+            try await RunWorld.populate(world, count: 4)
+            let environment = RunWorld.environment(world)
             let report = world.reportRoot.appending(path: "pinned")
             let result = try await CLIProcess.run(["run", "--report-dir", report.path], environment: environment)
             #expect(result.status == 0, "\(result.stderr)")

@@ -7,6 +7,7 @@ import Postgres
 import Reconciliation
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// A rolling run (issue 28): accounts notifications made due first, then those at risk, then the
 /// rest oldest-verified first, each at least once per full cycle, as many as the window holds at
@@ -117,11 +118,11 @@ import Testing
                                                              "period_ms": 30 * Self.day]]]])
         }
         try await RunWorld.with("rolling-cli", scenario: ["api": ["from_receipts": blobs]]) { world in
-            try await ServerAPIKillTests.store(blobs, in: world)
+            try await APIWorld.store(blobs, in: world)
             let key = FileManager.default.temporaryDirectory.appending(path: "rr-key-\(UUID().uuidString).p8")
             try Fixtures.privateKey(at: key)
             defer { try? FileManager.default.removeItem(at: key) }
-            let environment = ServerAPIKillTests.environment(world, key: key)
+            let environment = APIWorld.environment(world, key: key)
             let result = try await CLIProcess.run(
                 ["run", "--dry-run", "--source", "server-api", "--window", "4h", "--bundle-id", "com.example.app",
                  "--apple-root-certificate", world.simulator.signingDirectory.appending(path: "root.der").path,

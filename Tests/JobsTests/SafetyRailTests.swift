@@ -8,6 +8,7 @@ import SignedData
 @testable import Storage
 import Testing
 import TestSupport
+@testable import WorldSupport
 
 /// Issue 15's safety rails: no wrong revoke, no wrong grant, no poisoned night. Each test here
 /// failed on the code before its fix.
@@ -146,13 +147,6 @@ import TestSupport
 }
 
 extension RunWorld {
-    /// True once a backend of this world's database waits on a lock.
-    func someoneWaitsOnALock() async throws -> Bool {
-        try await count("""
-            SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
-            """) > 0
-    }
-
     /// 110 accounts, 15 of them refunded by Apple while stored active: more than the default 10% would lose access.
     func populateRefundWave() async throws {
         for index in 0..<110 {
@@ -370,9 +364,9 @@ extension RunWorld {
                     INSERT INTO iap.transactions (transaction_id, account_id, original_transaction_id, product_id, environment)
                     VALUES (\("t\(index)"), \("n\(index)"), \("t\(index)"), 'lifetime', 'Production')
                     """)
-                bodies.append(NotificationTests.notification("DID_RENEW", password: world.secret, original: "t\(index)"))
+                bodies.append(V1Notifications.notification("DID_RENEW", password: world.secret, original: "t\(index)"))
             }
-            try await NotificationTests.store(world, bodies)
+            try await V1Notifications.store(world, bodies)
             var first = world.options(), second = world.options()
             first.selection.shard = Shard(0, of: 2)
             second.selection.shard = Shard(1, of: 2)
@@ -394,7 +388,7 @@ extension RunWorld {
                 INSERT INTO iap.transactions (transaction_id, account_id, original_transaction_id, product_id, environment)
                 VALUES ('77', 'acct', '77', 'lifetime', 'Production')
                 """)
-            try await NotificationTests.store(world, [NotificationTests.notification("REFUND", password: world.secret, original: "77", transactions: [[
+            try await V1Notifications.store(world, [V1Notifications.notification("REFUND", password: world.secret, original: "77", transactions: [[
                 "transaction_id": "78", "original_transaction_id": "77", "product_id": "lifetime", "purchase_date_ms": "1700000000000",
                 "cancellation_date_ms": "1700000100000", "cancellation_reason": "1",
             ]])])

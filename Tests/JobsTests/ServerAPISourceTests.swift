@@ -6,6 +6,7 @@ import Reconciliation
 import Storage
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// `--source server-api` end to end: real PostgreSQL, the simulator's Server API signing with its
 /// own chain, the same rules, diff and writer as verifyReceipt.

@@ -4,6 +4,7 @@ import Foundation
 import Reconciliation
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// The benchmark's and the demo's real-shaped receipts: PKCS#7 the job's own decoder reads whole,
 /// carrying the spec the simulator answers from.

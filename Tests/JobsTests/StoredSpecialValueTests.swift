@@ -4,6 +4,7 @@ import Postgres
 import Reconciliation
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// A stored row is outside input too (issue 32): an app that keeps `expires_at = 'infinity'` for a
 /// lifetime grant once made every run fail reading its page ("not a finite ISO timestamp").

@@ -67,6 +67,21 @@ public enum TestPaths {
         repositoryRoot.appending(path: "Tests/Fixtures")
     }
 
+    /// Every Swift file and C header under `Sources/`, path (relative to it) and text: what the
+    /// house's lints read.
+    public static var sources: [(path: String, text: String)] {
+        get throws {
+            let root = repositoryRoot.appending(path: "Sources")
+            let enumerator = FileManager.default.enumerator(atPath: root.path)!
+            var files: [(String, String)] = []
+            while let path = enumerator.nextObject() as? String {
+                guard path.hasSuffix(".swift") || path.hasSuffix(".h") else { continue }
+                files.append((path, try String(contentsOf: root.appending(path: path), encoding: .utf8)))
+            }
+            return files
+        }
+    }
+
     public static var repositoryRoot: URL {
         var url = URL(filePath: #filePath)
         for _ in 0..<3 { url.deleteLastPathComponent() }

@@ -5,13 +5,14 @@ import Reconciliation
 @testable import Storage
 import Testing
 import TestSupport
+@testable import WorldSupport
 
 /// Issue 35, events: NOTIFY after each committed batch that applied corrections, and the
 /// corrections table as an outbox read by cursor (`corrections --after`), through real runs.
 @Suite struct CorrectionsOutboxTests {
     /// `corrections --after N --json`, parsed: one object a line.
     static func consume(_ world: RunWorld, after cursor: Int64) async throws -> [[String: Any]] {
-        let result = try await CLIProcess.run(["corrections", "--after", "\(cursor)", "--json"], environment: OperationsTests.environment(world))
+        let result = try await CLIProcess.run(["corrections", "--after", "\(cursor)", "--json"], environment: RunWorld.environment(world))
         #expect(result.status == 0, "\(result.stderr)")
         return try result.stdout.split(separator: "\n").map {
             try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
@@ -35,7 +36,7 @@ import TestSupport
     /// committed batch, whose ranges are exactly those corrections.
     @Test func aConsumerByCursorAndAListenerSeeEveryAppliedCorrectionOnceAcrossAKill() async throws {
         try await RunWorld.with("outbox-kill") { world in
-            try await OperationsTests.populate(world, count: 40)
+            try await RunWorld.populate(world, count: 40)
             // The last account already has a (stale) row: its correction updates it, and locking the
             // row holds the batch that applies it.
             try await world.store(Entitlement(
@@ -47,7 +48,7 @@ import TestSupport
             try await holder.execute("BEGIN")
             try await holder.execute("SELECT 1 FROM iap.entitlements WHERE account_id = 'acct-00039' FOR UPDATE")
 
-            let first = try CLIProcess(["run", "--batch-size", "5", "--report-dir", world.reportRoot.path], environment: OperationsTests.environment(world))
+            let first = try CLIProcess(["run", "--batch-size", "5", "--report-dir", world.reportRoot.path], environment: RunWorld.environment(world))
             try await waitUntil("run 1 applied some batches and waits on the held row") {
                 let waiting = try await world.count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
                 let applied = try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'applied'")
@@ -63,7 +64,7 @@ import TestSupport
             let eventsBefore = try await Self.events(listener)
 
             let second = try await CLIProcess.run(["run", "--batch-size", "5", "--report-dir", world.reportRoot.path],
-                                                  environment: OperationsTests.environment(world))
+                                                  environment: RunWorld.environment(world))
             #expect(second.status == 0, "\(second.stderr)")
             let cursor = Self.int(before.last?["applied_seq"])
             let after = try await Self.consume(world, after: cursor)
@@ -136,7 +137,7 @@ import TestSupport
 
     @Test func correctionsCommittedLateWithSmallerIdsAreNotSkipped() async throws {
         try await RunWorld.with("outbox-shards") { world in
-            try await OperationsTests.populate(world, count: 40)
+            try await RunWorld.populate(world, count: 40)
             // A shard-0 account whose subscription is active (index % 20 >= 6), stored stale: locking its row holds worker 0.
             let held = try #require(try await world.connection.query("""
                 SELECT account_id FROM iap.app_receipts
@@ -148,7 +149,7 @@ import TestSupport
             let holder = try await world.database.connect()
             try await holder.execute("BEGIN")
             try await holder.execute("SELECT 1 FROM iap.entitlements WHERE account_id = \(held) FOR UPDATE")
-            let environment = OperationsTests.environment(world)
+            let environment = RunWorld.environment(world)
             let zero = try CLIProcess(["run", "--shard", "0/2", "--report-dir", world.reportRoot.path], environment: environment)
             try await waitUntil("worker 0/2 waits on the held row") {
                 try await world.count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()") >= 1
@@ -189,7 +190,7 @@ import TestSupport
             try await world.connection.copy(into: "iap.app_receipts", columns: ["account_id", "latest_receipt"], rows: receipts)
             let listener = try await world.database.connect()
             try await listener.execute("LISTEN iap_corrections")
-            let environment = OperationsTests.environment(world)
+            let environment = RunWorld.environment(world)
             let dry = try await CLIProcess.run(["run", "--dry-run", "--report-dir", world.reportRoot.path], environment: environment)
             #expect(dry.status == 0, "\(dry.stderr)")
             let aborted = try await CLIProcess.run(["backfill", "--all", "--report-dir", world.reportRoot.path], environment: environment)

@@ -4,6 +4,7 @@ import Postgres
 import Reconciliation
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// `explain ACCOUNT` against a real PostgreSQL, after a real run against the simulator: the
 /// decision and the evidence lines of each kind of account, in both formats.

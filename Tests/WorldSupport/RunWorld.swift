@@ -188,4 +188,11 @@ final class RunWorld: @unchecked Sendable {
     func count(_ sql: String) async throws -> Int {
         try await connection.query(PostgresQuery(unsafeSQL: sql))[0].decode(at: 0)
     }
+
+    /// True once a backend of this world's database waits on a lock.
+    func someoneWaitsOnALock() async throws -> Bool {
+        try await count("""
+            SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+            """) > 0
+    }
 }

@@ -4,17 +4,18 @@ import Foundation
 import Postgres
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// The command line as a user runs it (issue 33): each option and variable here is given to the
 /// built executable, with a real PostgreSQL and the simulator, and what it promises is observed
 /// in the database, the report or the simulator's own request log, not only that it parses.
 /// `CommandLineCoverageTests` holds the list of which test covers which option.
 @Suite struct CommandLineContractTests {
-    static func environment(_ world: RunWorld) -> [String: String] { OperationsTests.environment(world) }
+    static func environment(_ world: RunWorld) -> [String: String] { RunWorld.environment(world) }
 
     /// Stored: every account entitled far into the future; Apple: about a quarter have expired.
     static func revokeWorld(_ world: RunWorld, accounts: Int) async throws {
-        try await OperationsTests.populate(world, count: accounts)
+        try await RunWorld.populate(world, count: accounts)
         try await world.connection.execute("""
             INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, state, entitled, expires_at, updated_at)
             SELECT account_id, 'pro.monthly', 'x', 'active', true, now() + interval '90 days', now() FROM iap.app_receipts
@@ -76,12 +77,12 @@ import Testing
     /// The secret in `--shared-secret-file` is what Apple is sent, and wins over the variable.
     @Test func theSharedSecretFileIsWhatAppleIsSentAndWinsOverTheVariable() async throws {
         try await RunWorld.with("secretfile") { world in
-            try await OperationsTests.populate(world, count: 3)
+            try await RunWorld.populate(world, count: 3)
             try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
             let file = world.reportRoot.appending(path: "secret")
             try Data("\(world.secret)\n".utf8).write(to: file)
             chmod(file.path, 0o600)
-            let environment = OperationsTests.environment(world, secret: "not-this-one")
+            let environment = RunWorld.environment(world, secret: "not-this-one")
             let wrong = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: environment)
             #expect(wrong.status == 2, "the variable's secret is refused by Apple: \(wrong.stdout)")
             let right = try await CLIProcess.run(["run", "--shared-secret-file", file.path, "--report-dir", world.reportRoot.path],
@@ -95,11 +96,11 @@ import Testing
     /// accounts they made due and no other, though every account is due.
     @Test func notificationsOnlyVerifiesJustTheAccountsTheyMadeDue() async throws {
         try await RunWorld.with("notifonly") { world in
-            try await OperationsTests.populate(world, count: 4)
+            try await RunWorld.populate(world, count: 4)
             #expect(try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world)).status == 0)
             let first = try await world.count("SELECT max(last_run_id) FROM iap.app_receipts")
             try await world.connection.execute("UPDATE iap.app_receipts SET last_verified_at = now() - interval '3 days'")
-            try await NotificationTests.store(world, [NotificationTests.notification("DID_RENEW", password: world.secret, original: "10002")])
+            try await V1Notifications.store(world, [V1Notifications.notification("DID_RENEW", password: world.secret, original: "10002")])
             let result = try await CLIProcess.run(["backfill", "--notifications-only", "--report-dir", world.reportRoot.path],
                                                   environment: Self.environment(world))
             #expect(result.status == 0, "\(result.stderr.suffix(1000))")
@@ -114,7 +115,7 @@ import Testing
     /// allowed in flight.
     @Test func theRateLimitSpacesRequestsAsTheSimulatorSeesThem() async throws {
         try await RunWorld.with("ratelimit") { world in
-            try await OperationsTests.populate(world, count: 30)
+            try await RunWorld.populate(world, count: 30)
             let result = try await CLIProcess.run(["run", "--rate-limit", "10", "--concurrency", "8", "--report-dir", world.reportRoot.path],
                                                   environment: Self.environment(world))
             #expect(result.status == 0)
@@ -158,7 +159,7 @@ import Testing
     /// that long.
     @Test func theProgressIntervalIsHowOftenAProgressLineIsWritten() async throws {
         try await RunWorld.with("progress") { world in
-            try await OperationsTests.populate(world, count: 6, latencyFault: 300)
+            try await RunWorld.populate(world, count: 6, latencyFault: 300)
             let started = ContinuousClock.now
             let often = try await CLIProcess.run(
                 ["run", "--concurrency", "1", "--batch-size", "1", "--progress-interval", "200ms", "--report-dir", world.reportRoot.path],
@@ -181,7 +182,7 @@ import Testing
     /// half-open), `--account`, `--receipt-id`, `--product`; each run verifies exactly its accounts.
     @Test func backfillSelectsWhatItsOptionsName() async throws {
         try await RunWorld.with("selections") { world in
-            try await OperationsTests.populate(world, count: 4)
+            try await RunWorld.populate(world, count: 4)
             try await world.connection.execute("""
                 UPDATE iap.app_receipts SET updated_at = CASE account_id
                     WHEN 'acct-00000' THEN '2026-01-01Z'::timestamptz WHEN 'acct-00001' THEN '2026-02-01Z'::timestamptz
@@ -212,8 +213,8 @@ import Testing
     /// `ingest-notifications -` reads JSON lines from stdin.
     @Test func ingestNotificationsReadsStandardInput() async throws {
         try await RunWorld.with("stdin") { world in
-            let lines = [NotificationTests.notification("DID_RENEW", password: world.secret, original: "1"),
-                         NotificationTests.notification("REFUND", password: world.secret, original: "2")].joined(separator: "\n") + "\n"
+            let lines = [V1Notifications.notification("DID_RENEW", password: world.secret, original: "1"),
+                         V1Notifications.notification("REFUND", password: world.secret, original: "2")].joined(separator: "\n") + "\n"
             let result = try await CLIProcess.run(["ingest-notifications", "-"], environment: Self.environment(world), standardInput: Data(lines.utf8))
             #expect(result.status == 0, "\(result.stderr)")
             let types = try await world.connection.query("SELECT body->>'notification_type' AS t FROM iap.notifications ORDER BY id")
@@ -281,7 +282,7 @@ import Testing
     /// `--database-url` stands in for the variable, and wins over it.
     @Test func theDatabaseURLFlagStandsInForTheVariableAndWins() async throws {
         try await RunWorld.with("dburl") { world in
-            try await OperationsTests.populate(world, count: 2)
+            try await RunWorld.populate(world, count: 2)
             var environment = Self.environment(world)
             environment["DATABASE_URL"] = "host=127.0.0.1 port=1 dbname=nothing-here connect_timeout=2"
             #expect(try await CLIProcess.run(["migrate"], environment: environment).status == 1)
@@ -347,43 +348,12 @@ import Testing
 
     // MARK: - Through the App Store Server API
 
-    /// Five subscribers the simulated Server API serves from their receipts (their chains stored
-    /// as entitlements, which is where the API is asked from), a key, and the verifyReceipt
-    /// variables only: the API's settings are given as flags.
-    static func withAPIWorld(_ label: String, disagreements: [String: [String: Any]] = [:], environment: String = "Production",
-                             _ body: (RunWorld, _ key: URL) async throws -> Void) async throws {
-        let now = Date()
-        let blobs = (0..<5).map { index in
-            syntheticReceipt(["environment": environment, "generate": ["subscriptions": [[
-                "product_id": "pro.monthly", "original_transaction_id": "\(30_000 + index)", "renewals": 1,
-                "start_ms": Int64(now.timeIntervalSince1970 * 1000) - 20 * 86_400_000, "period_ms": 30 * 86_400_000]]]])
-        }
-        try await RunWorld.with(label, scenario: ["api": ["from_receipts": blobs, "disagreements": disagreements] as [String: Any]]) { world in
-            try await ServerAPIKillTests.store(blobs, in: world)
-            try await world.connection.execute("""
-                INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, state, entitled, expires_at, updated_at)
-                SELECT account_id, 'pro.monthly', (30000 + substr(account_id, 6)::int)::text, 'active', true, now() + interval '10 days', now()
-                FROM iap.app_receipts
-                """)
-            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
-            let key = world.reportRoot.appending(path: "AuthKey.p8")
-            try Fixtures.privateKey(at: key)
-            try await body(world, key)
-        }
-    }
-
-    static func apiFlags(_ world: RunWorld, key: URL) -> [String] {
-        ["--appstore-issuer-id", "issuer", "--appstore-key-id", "KEY", "--appstore-private-key-file", key.path,
-         "--appstore-api-url", world.simulator.apiURL, "--appstore-sandbox-api-url", world.simulator.sandboxAPIURL,
-         "--bundle-id", "com.example.app", "--apple-root-certificate", world.simulator.signingDirectory.appending(path: "root.der").path]
-    }
-
     /// `--authority` with `--source both`: whose answer is applied where the two disagree. The
     /// API says one chain was refunded, verifyReceipt that it is active: the default authority
     /// (verifyReceipt) keeps the access and reports the disagreement; the API as authority revokes.
     @Test func theAuthorityIsWhoseAnswerIsApplied() async throws {
-        try await Self.withAPIWorld("authority", disagreements: ["30000": ["refund": true]]) { world, key in
-            let flags = Self.apiFlags(world, key: key) + ["--source", "both"]
+        try await APIWorld.withAPIWorld("authority", disagreements: ["30000": ["refund": true]]) { world, key in
+            let flags = APIWorld.apiFlags(world, key: key) + ["--source", "both"]
             let first = try await CLIProcess.run(["run"] + flags + ["--report-dir", world.reportRoot.appending(path: "one").path],
                                                  environment: Self.environment(world))
             #expect(first.status == 0, "\(first.stderr.suffix(1000))")
@@ -402,7 +372,7 @@ import Testing
     /// `--api-quota` set the budget the plan spends (Apple's 50 a second for history, half of it
     /// by default); `--full-cycle` decides which accounts verified 3 days ago are due again.
     @Test func theAPIFlagsReachTheAPIAndSetItsBudgetAndCycle() async throws {
-        try await Self.withAPIWorld("apiflags") { world, key in
+        try await APIWorld.withAPIWorld("apiflags") { world, key in
             let environment = Self.environment(world)
             // Written out here, not `apiFlags`: the coverage check reads each option in the test that observes it.
             let flags = ["--appstore-issuer-id", "issuer", "--appstore-key-id", "KEY", "--appstore-private-key-file", key.path,
@@ -440,8 +410,8 @@ import Testing
 
     /// `--notification-history-since`: where the first read of Get Notification History starts.
     @Test func notificationHistorySinceIsWhereTheFirstReadStarts() async throws {
-        try await Self.withAPIWorld("historysince") { world, key in
-            let flags = Self.apiFlags(world, key: key) + ["--source", "server-api"]
+        try await APIWorld.withAPIWorld("historysince") { world, key in
+            let flags = APIWorld.apiFlags(world, key: key) + ["--source", "server-api"]
             let since = Timestamp.format(Date(timeIntervalSinceNow: -10 * 86_400)).prefix(10)  // a date, UTC midnight
             let result = try await CLIProcess.run(["run", "--notification-history-since", String(since)] + flags
                                                   + ["--report-dir", world.reportRoot.path], environment: Self.environment(world))
@@ -459,7 +429,7 @@ import Testing
     /// a run that sent more would show more.
     @Test func concurrencyIsHowManyRequestsAppleHasAtOnce() async throws {
         try await RunWorld.with("concurrency", scenario: ["hold_until_in_flight": 3]) { world in
-            try await OperationsTests.populate(world, count: 24)
+            try await RunWorld.populate(world, count: 24)
             let result = try await CLIProcess.run(["run", "--concurrency", "3", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
             #expect(result.status == 0)
             let inFlight = try await world.simulator.statistics()["max_in_flight"] ?? 0
@@ -488,7 +458,7 @@ import Testing
     /// is at 1 hour.
     @Test func staleAfterIsWhenAVerifiedAccountIsDueAgain() async throws {
         try await RunWorld.with("stale") { world in
-            try await OperationsTests.populate(world, count: 3)
+            try await RunWorld.populate(world, count: 3)
             #expect(try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world)).status == 0)
             try await world.connection.execute("UPDATE iap.app_receipts SET last_verified_at = now() - interval '2 hours'")
             #expect(try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world)).status == 0)
@@ -503,7 +473,7 @@ import Testing
     /// then given up.
     @Test func notificationMaxAgeIsWhenAnUnmatchedOneIsGivenUp() async throws {
         try await RunWorld.with("maxage") { world in
-            try await NotificationTests.store(world, [NotificationTests.notification("DID_RENEW", password: world.secret, original: "nobody")],
+            try await V1Notifications.store(world, [V1Notifications.notification("DID_RENEW", password: world.secret, original: "nobody")],
                                               receivedAt: "now() - interval '2 hours'")
             let arguments = ["backfill", "--notifications-only", "--report-dir", world.reportRoot.path]
             #expect(try await CLIProcess.run(arguments, environment: Self.environment(world)).status == 0)
@@ -532,7 +502,7 @@ import Testing
     /// `--shard K/N`: exactly the accounts of shard K by the one shard predicate.
     @Test func aShardTakesExactlyItsAccounts() async throws {
         try await RunWorld.with("shardcli") { world in
-            try await OperationsTests.populate(world, count: 12)
+            try await RunWorld.populate(world, count: 12)
             #expect(try await CLIProcess.run(["run", "--shard", "1/3", "--report-dir", world.reportRoot.path], environment: Self.environment(world)).status == 0)
             let inShard = try await world.count("SELECT count(*) FROM iap.app_receipts WHERE iap.in_shard(account_id, 1, 3)")
             #expect(inShard > 0 && inShard < 12)
@@ -545,13 +515,13 @@ import Testing
     /// rejected (`jws_invalid: app_apple_id`), this app's refund applied.
     @Test func theAppAppleIdVariableIsWhatProductionNotificationsMustCarry() async throws {
         try await RunWorld.with("appappleid") { world in
-            try await NotificationV2Tests.gamer(world)
-            let refund = try NotificationV2Tests.body(
-                "REFUND", transaction: NotificationV2Tests.consumable("91", world: world, revokedAt: world.nowMs - 3_600_000))
-            #expect(try await NotificationV2Tests.ingest(world, [refund]) == 1)
+            try await V2Notifications.gamer(world)
+            let refund = try V2Notifications.body(
+                "REFUND", transaction: V2Notifications.consumable("91", world: world, revokedAt: world.nowMs - 3_600_000))
+            #expect(try await V2Notifications.ingest(world, [refund]) == 1)
             try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
             let root = world.reportRoot.appending(path: "root.der")
-            try Data(NotificationV2Tests.chain.root).write(to: root)
+            try Data(V2Notifications.chain.root).write(to: root)
             var environment = Self.environment(world)
             environment["APPSTORE_BUNDLE_ID"] = "com.example.app"
             environment["APPSTORE_APP_APPLE_ID"] = "999"
@@ -562,8 +532,8 @@ import Testing
             #expect(try rejected.decode("reason", as: String?.self)?.contains("app_apple_id") == true)
             // Stored again (a new body, the same refund) and read with this app's id: applied.
             try await world.connection.execute("DELETE FROM iap.notifications")
-            #expect(try await NotificationV2Tests.ingest(world, [refund]) == 1)
-            environment["APPSTORE_APP_APPLE_ID"] = String(NotificationV2Tests.appAppleId)
+            #expect(try await V2Notifications.ingest(world, [refund]) == 1)
+            environment["APPSTORE_APP_APPLE_ID"] = String(V2Notifications.appAppleId)
             #expect(try await CLIProcess.run(arguments, environment: environment).status == 0)
             #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE outcome = 'applied'") == 1)
         }
@@ -608,8 +578,8 @@ import Testing
     /// Only shard 0 (or an unsharded run) reads Get Notification History: the simulator sees its
     /// two reads (production and sandbox) from shard 0 of 2 and none from shard 1.
     @Test func onlyShardZeroReadsNotificationHistory() async throws {
-        try await Self.withAPIWorld("historyshard") { world, key in
-            let flags = Self.apiFlags(world, key: key) + ["--source", "server-api"]
+        try await APIWorld.withAPIWorld("historyshard") { world, key in
+            let flags = APIWorld.apiFlags(world, key: key) + ["--source", "server-api"]
             func reads() async throws -> Int {
                 let traffic = try await world.simulator.apiStatistics()
                 return (traffic["notification-history/Production"]?.requests ?? 0) + (traffic["notification-history/Sandbox"]?.requests ?? 0)
@@ -629,8 +599,8 @@ import Testing
     /// logged came after the run logged `run.planned` (both stamped in milliseconds by this
     /// machine's clock), and the plan is on stdout.
     @Test func aDryRunAsksAppleNothingBeforeItsPlan() async throws {
-        try await Self.withAPIWorld("dryplan") { world, key in
-            let flags = Self.apiFlags(world, key: key) + ["--source", "server-api"]
+        try await APIWorld.withAPIWorld("dryplan") { world, key in
+            let flags = APIWorld.apiFlags(world, key: key) + ["--source", "server-api"]
             let result = try await CLIProcess.run(["run", "--dry-run", "--window", "1h", "--log-format", "json"] + flags
                                                   + ["--report-dir", world.reportRoot.path], environment: Self.environment(world))
             #expect(result.status == 0, "\(result.stderr.suffix(1000))")
@@ -651,8 +621,8 @@ import Testing
     /// watermark is then stored, and the next run reads again from exactly an hour before it
     /// (Apple may record a notification a little after its time).
     @Test func theNextHistoryReadStartsAnHourBeforeTheWatermark() async throws {
-        try await Self.withAPIWorld("watermark") { world, key in
-            let flags = Self.apiFlags(world, key: key) + ["--source", "server-api"]
+        try await APIWorld.withAPIWorld("watermark") { world, key in
+            let flags = APIWorld.apiFlags(world, key: key) + ["--source", "server-api"]
             let format = ISO8601DateFormatter()
             format.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
             func reads(_ name: String) async throws -> [String: (from: Date, to: Date)] {

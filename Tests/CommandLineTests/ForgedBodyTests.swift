@@ -6,6 +6,7 @@ import Postgres
 import Reconciliation
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// A forged body as an attacker would POST it to the app's webhook (docs/guarantees.md, "Verify
 /// before reading"): garbage in `x5c`, no valid signature, and numbers that once trapped
@@ -35,9 +36,9 @@ import Testing
     }
 
     static func environment(_ world: RunWorld) -> [String: String] {
-        var environment = OperationsTests.environment(world)
+        var environment = RunWorld.environment(world)
         environment["APPSTORE_BUNDLE_ID"] = "com.example.app"
-        environment["APPSTORE_APP_APPLE_ID"] = String(NotificationV2Tests.appAppleId)
+        environment["APPSTORE_APP_APPLE_ID"] = String(V2Notifications.appAppleId)
         return environment
     }
 
@@ -48,7 +49,7 @@ import Testing
             try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
             let v1 = String(decoding: try Fixtures.bytes("notifications/" + (try Fixtures.files(in: "notifications").first { $0.hasSuffix(".json") } ?? "")), as: UTF8.self)
                 .replacingOccurrences(of: "\n", with: " ")
-            let v2 = try NotificationV2Tests.body("TEST")
+            let v2 = try V2Notifications.body("TEST")
             let input = world.reportRoot.appending(path: "batch.jsonl")
             try [v1, Self.forgedBody(original: "91"), v2].joined(separator: "\n").write(to: input, atomically: true, encoding: .utf8)
             let result = try await CLIProcess.run(["ingest-notifications", input.path], environment: ["DATABASE_URL": world.database.connectionString])
@@ -65,14 +66,14 @@ import Testing
     /// quarantined (nothing died). `inspect` on it exits 1 and names the failed check.
     @Test func aForgedBodyBesideAValidOneStopsNoRun() async throws {
         try await RunWorld.with("forged-run") { world in
-            try await NotificationV2Tests.gamer(world)
-            let refund = try NotificationV2Tests.body(
-                "REFUND", transaction: NotificationV2Tests.consumable("91", world: world, revokedAt: world.nowMs - 3_600_000))
+            try await V2Notifications.gamer(world)
+            let refund = try V2Notifications.body(
+                "REFUND", transaction: V2Notifications.consumable("91", world: world, revokedAt: world.nowMs - 3_600_000))
             let forged = Self.forgedBody(original: "91")
-            #expect(try await NotificationV2Tests.ingest(world, [forged, refund]) == 2)
+            #expect(try await V2Notifications.ingest(world, [forged, refund]) == 2)
             try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
             let root = world.reportRoot.appending(path: "root.der")
-            try Data(NotificationV2Tests.chain.root).write(to: root)
+            try Data(V2Notifications.chain.root).write(to: root)
             for night in 1...3 {
                 let result = try await CLIProcess.run(
                     ["run", "--apple-root-certificate", root.path, "--report-dir", world.reportRoot.appending(path: "night-\(night)").path],
@@ -132,15 +133,15 @@ import Testing
                 """)
             var bodies: [String] = []
             for (index, variant) in transactions.enumerated() {
-                let chain = index % 3 == 2 ? SignedBoundarySweepChains.untrusted : NotificationV2Tests.chain
+                let chain = index % 3 == 2 ? SignedBoundarySweepChains.untrusted : V2Notifications.chain
                 let renewal = try chain.sign(Array(BoundarySweep.signedRenewalInfo.root.json.utf8))
                 let notification = BoundarySweep.notificationV2(
                     signedTransactionInfo: try chain.sign(Array(variant.json.utf8)), signedRenewalInfo: renewal
                 ).root.json.replacingOccurrences(of: "0b4d1a9e-1f1e-4f3e-9d51-6f0c6a1d2e3f", with: "sweep-\(index)")
                 bodies.append(#"{"signedPayload":"\#(try chain.sign(Array(notification.utf8)))"}"#)
             }
-            #expect(try await NotificationV2Tests.ingest(world, bodies) == bodies.count)
-            let (summary, ending) = try await world.run(NotificationV2Tests.options(world))
+            #expect(try await V2Notifications.ingest(world, bodies) == bodies.count)
+            let (summary, ending) = try await world.run(V2Notifications.options(world))
             #expect(ending == .completed, "\(summary.error ?? "")")
             #expect(summary.accountsProcessed == accounts.count + 1)
             #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_outcome IS NULL") == 0)

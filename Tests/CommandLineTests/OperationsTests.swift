@@ -6,70 +6,20 @@ import Reconciliation
 import Storage
 import Testing
 import TestSupport
+@testable import WorldSupport
 
 /// The job as cron runs it: a real process, real signals, real exit statuses.
 @Suite struct OperationsTests {
-    static func environment(_ world: RunWorld, secret: String? = nil) -> [String: String] {
-        [
-            "DATABASE_URL": world.database.connectionString,
-            "APPLE_SHARED_SECRET": secret ?? world.secret,
-            "APPLE_PRODUCTION_URL": world.simulator.productionURL,
-            "APPLE_SANDBOX_URL": world.simulator.sandboxURL,
-        ]
-    }
-
-    /// `count` accounts whose answers each give a known correction.
-    static func populate(_ world: RunWorld, count: Int, latencyFault: Int? = nil) async throws {
-        var receipts: [[PostgresBind]] = []
-        for index in 0..<count {
-            var spec: [String: Any] = ["generate": ["subscriptions": [
-                world.subscription(original: "\(10_000 + index)", renewals: 1 + index % 5, endDays: Double(index % 20) - 5),
-            ]]]
-            if let latencyFault { spec["faults"] = [["delay_ms": latencyFault]]; spec["repeat_faults"] = true }
-            receipts.append([PostgresBind(String(format: "acct-%05d", index)), PostgresBind(syntheticReceipt(spec))])
-        }
-        try await world.connection.copy(into: "iap.app_receipts", columns: ["account_id", "latest_receipt"], rows: receipts)
-    }
-
-    /// Starts `arguments` and SIGKILLs it once its run (`run`, the run's id) has committed 20
-    /// accounts of its own. The simulator answers `passing` more verifyReceipt requests and holds
-    /// every later one until the next run's hold is armed: however fast or slow the machine, the
-    /// run cannot end before its kill, and its held requests never reach the next run.
-    static func killOnceCommitted(
-        _ arguments: [String], environment: [String: String], world: RunWorld, run: Int, passing: Int = 40
-    ) async throws {
-        try await world.simulator.hold(after: passing)
-        let cli = try CLIProcess(arguments, environment: environment)
-        try await waitUntil("run \(run) committed 20 accounts") {
-            try await world.count("""
-                SELECT COALESCE((SELECT accounts_processed FROM iap.reconciliation_runs WHERE id = \(run)), 0)
-                """) >= 20
-        }
-        cli.signal(SIGKILL)
-        let ended = try await cli.wait()
-        // The kill must be what ended it: a run that had already stopped would prove nothing.
-        #expect(cli.process.terminationReason == .uncaughtSignal && ended.status == SIGKILL,
-                "run \(run) ended by itself (status \(ended.status)) before the kill: \(ended.stderr.suffix(3000))")
-    }
-
-    /// (account, product, kind, after) of every applied correction: what a run did, whoever ran it.
-    static func appliedCorrections(_ world: RunWorld) async throws -> [String] {
-        try await world.connection.query("""
-            SELECT account_id || '/' || product_id || '/' || kind || '/' || (after->>'state') || '/' || COALESCE(after->>'expires_at', '') AS c
-            FROM iap.corrections WHERE status = 'applied' ORDER BY 1
-            """).map { try $0.decode("c") }
-    }
-
     @Test func theLockRefusesASecondRun() async throws {
         try await RunWorld.with("lock") { world in
-            try await Self.populate(world, count: 3)
+            try await RunWorld.populate(world, count: 3)
             let holder = try await world.database.connect()
             #expect(try await RunLock.tryAcquire(holder, shard: nil))
-            let refused = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            let refused = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: RunWorld.environment(world))
             #expect(refused.status == 4)
             #expect(refused.stderr.contains("another run holds the lock"))
             // A shard worker is refused too while an unsharded run holds it.
-            let shard = try await CLIProcess.run(["run", "--shard", "0/2", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            let shard = try await CLIProcess.run(["run", "--shard", "0/2", "--report-dir", world.reportRoot.path], environment: RunWorld.environment(world))
             #expect(shard.status == 4)
             await holder.close()
             try await waitUntil("the server released the closed session's lock") {
@@ -78,7 +28,7 @@ import TestSupport
                       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
                     """) == 0
             }
-            let allowed = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            let allowed = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: RunWorld.environment(world))
             #expect(allowed.status == 0, "\(allowed.stderr)")
             #expect(allowed.stdout.contains("accounts: 3 processed"))
         }
@@ -88,8 +38,8 @@ import TestSupport
         let now = Date()
         try await RunWorld.with("shards", now: now) { sharded in
             try await RunWorld.with("whole", now: now) { whole in
-                try await Self.populate(sharded, count: 60)
-                try await Self.populate(whole, count: 60)
+                try await RunWorld.populate(sharded, count: 60)
+                try await RunWorld.populate(whole, count: 60)
                 func shardOptions(_ index: Int) -> RunOptions {
                     var options = sharded.options()
                     options.selection.shard = Shard(index, of: 2)
@@ -103,7 +53,7 @@ import TestSupport
                 #expect(a.summary.accountsProcessed + b.summary.accountsProcessed == 60)
                 let (single, _) = try await whole.run(whole.options())
                 #expect(single.accountsProcessed == 60)
-                #expect(try await Self.appliedCorrections(sharded) == Self.appliedCorrections(whole))
+                #expect(try await RunWorld.appliedCorrections(sharded) == RunWorld.appliedCorrections(whole))
                 #expect(try await sharded.count("SELECT count(*) FROM iap.app_receipts WHERE last_run_id IS NULL") == 0)
             }
         }
@@ -118,9 +68,9 @@ import TestSupport
         // all 300 accounts first, when the run's length came from Apple's latency).
         try await RunWorld.with("sigterm", scenario: ["hold_after_requests": 40]) { world in
             let accounts = 300
-            try await Self.populate(world, count: accounts)
+            try await RunWorld.populate(world, count: accounts)
             let cli = try CLIProcess(["run", "--concurrency", "4", "--batch-size", "10", "--report-dir", world.reportRoot.path],
-                                     environment: Self.environment(world), parentBlocksNoSignal: parentBlocksNoSignal)
+                                     environment: RunWorld.environment(world), parentBlocksNoSignal: parentBlocksNoSignal)
             // Signal once the run has committed its first batches.
             try await waitUntil("the run committed 30 accounts") {
                 try await world.count("SELECT COALESCE(max(accounts_processed), 0) FROM iap.reconciliation_runs") >= 30
@@ -162,21 +112,21 @@ import TestSupport
             try await RunWorld.with("calm", now: now) { calm in
                 // Each kill lands once a run has committed 20 accounts, while the simulator holds
                 // its requests after the 40th: the run is long by construction, not by latency.
-                try await Self.populate(killed, count: 300)
-                try await Self.populate(calm, count: 300)
+                try await RunWorld.populate(killed, count: 300)
+                try await RunWorld.populate(calm, count: 300)
                 let arguments = ["run", "--concurrency", "4", "--batch-size", "7", "--report-dir", killed.reportRoot.path]
                 for round in 1...2 {
-                    try await Self.killOnceCommitted(arguments, environment: Self.environment(killed), world: killed, run: round)
+                    try await RunWorld.killOnceCommitted(arguments, environment: RunWorld.environment(killed), world: killed, run: round)
                 }
                 try await killed.simulator.release()
-                let rerun = try await CLIProcess.run(arguments, environment: Self.environment(killed))
+                let rerun = try await CLIProcess.run(arguments, environment: RunWorld.environment(killed))
                 #expect(rerun.status == 0, "\(rerun.stderr)")
                 #expect(try await killed.count("SELECT count(*) FROM iap.reconciliation_runs WHERE status = 'interrupted'") == 2)
                 let (undisturbed, _) = try await calm.run(calm.options())
                 #expect(undisturbed.accountsProcessed == 300)
-                let expected = try await Self.appliedCorrections(calm)
+                let expected = try await RunWorld.appliedCorrections(calm)
                 #expect(expected.count > 200)
-                #expect(try await Self.appliedCorrections(killed) == expected)
+                #expect(try await RunWorld.appliedCorrections(killed) == expected)
                 #expect(try await killed.entitlements() == calm.entitlements())
                 // No account was verified twice: each run's committed batches (counted on its row in
                 // the same transaction) hold exactly the receipts it wrote last, and the three runs
@@ -202,9 +152,9 @@ import TestSupport
 
     @Test func aStormOf21004StopsTheRunWithStatus2() async throws {
         try await RunWorld.with("secret") { world in
-            try await Self.populate(world, count: 40)
+            try await RunWorld.populate(world, count: 40)
             let result = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path],
-                                                  environment: Self.environment(world, secret: "not-the-secret"))
+                                                  environment: RunWorld.environment(world, secret: "not-the-secret"))
             #expect(result.status == 2)
             #expect(result.stderr.contains("shared secret"))
             #expect(result.stderr.contains("APPLE_SHARED_SECRET"))
@@ -217,7 +167,7 @@ import TestSupport
 
     @Test func aRevokeRatioAbortExitsWith3() async throws {
         try await RunWorld.with("abortcli") { world in
-            try await Self.populate(world, count: 120)
+            try await RunWorld.populate(world, count: 120)
             // Stored: every account entitled far into the future; Apple: a third have expired.
             try await world.connection.execute("""
                 INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, state, entitled, expires_at, updated_at)
@@ -225,7 +175,7 @@ import TestSupport
                 """)
             let result = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path, "--metrics-file",
                                                    world.reportRoot.appending(path: "metrics.prom").path],
-                                                  environment: Self.environment(world))
+                                                  environment: RunWorld.environment(world))
             #expect(result.status == 3)
             #expect(result.stdout.contains("aborted"))
             #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE expires_at > now() + interval '80 days'") == 120)
@@ -237,19 +187,19 @@ import TestSupport
 
     @Test func reportOfAPastRun() async throws {
         try await RunWorld.with("reportcli") { world in
-            try await Self.populate(world, count: 5)
-            let first = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: Self.environment(world))
+            try await RunWorld.populate(world, count: 5)
+            let first = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: RunWorld.environment(world))
             #expect(first.status == 0)
-            let markdown = try await CLIProcess.run(["report", "1"], environment: Self.environment(world))
+            let markdown = try await CLIProcess.run(["report", "1"], environment: RunWorld.environment(world))
             #expect(markdown.stdout.contains("# Reconciliation run 1"))
             #expect(markdown.stdout.contains("| verified | 5 |"))
-            let json = try await CLIProcess.run(["report", "1", "--format", "json"], environment: Self.environment(world))
+            let json = try await CLIProcess.run(["report", "1", "--format", "json"], environment: RunWorld.environment(world))
             let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
             #expect((object?["outcomes"] as? [String: Int])?["verified"] == 5)
-            let csv = try await CLIProcess.run(["report", "1", "--format", "csv"], environment: Self.environment(world))
+            let csv = try await CLIProcess.run(["report", "1", "--format", "csv"], environment: RunWorld.environment(world))
             #expect(csv.stdout.hasPrefix("correction_id,account_id"))
             #expect(csv.stdout.split(separator: "\r\n").count == 6)
-            let missing = try await CLIProcess.run(["report", "99"], environment: Self.environment(world))
+            let missing = try await CLIProcess.run(["report", "99"], environment: RunWorld.environment(world))
             #expect(missing.status == 2)
         }
     }
@@ -259,7 +209,7 @@ import TestSupport
 @Suite struct CronWrapperTests {
     @Test func wrapperRunsTheJobFromItsEnvironmentFile() async throws {
         try await RunWorld.with("cron") { world in
-            try await OperationsTests.populate(world, count: 4)
+            try await RunWorld.populate(world, count: 4)
             let data = world.reportRoot.appending(path: "data")
             let envFile = world.reportRoot.appending(path: "reconciler.env")
             try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)

@@ -3,6 +3,7 @@ import Postgres
 import Reconciliation
 import Testing
 import TestSupport
+@testable import WorldSupport
 
 /// Issue 35, adoption: every SQL block of docs/adoption.md, run as written (with psql) against a
 /// real PostgreSQL, then real runs over what they built.
@@ -92,7 +93,7 @@ import TestSupport
             #expect(try await Self.rows(world, "public.subscriptions") == stored)
 
             let run = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.appending(path: "night").path],
-                                               environment: OperationsTests.environment(world))
+                                               environment: RunWorld.environment(world))
             #expect(run.status == 0, "\(run.stderr)")
             // Section 3: the trigger and the view both follow the job's writes.
             let entitlements = try await Self.rows(world, "iap.entitlements", user: "account_id", active: "entitled")
@@ -149,7 +150,7 @@ import TestSupport
                 .map { try $0.decode("r", as: String.self) }.map { $0.prefix { $0 != "=" } } == ["10", "csv-0", "csv-1", "csv-2"])
             try await world.connection.execute("UPDATE iap.app_receipts SET latest_receipt = \(Self.receipt(world, original: 610, endDays: 25)) WHERE account_id = '10'")
 
-            let environment = OperationsTests.environment(world)
+            let environment = RunWorld.environment(world)
             let dryReport = world.reportRoot.appending(path: "dry")
             let dry = try await CLIProcess.run(["run", "--dry-run", "--report-dir", dryReport.path], environment: environment)
             #expect(dry.status == 0, "\(dry.stderr)")

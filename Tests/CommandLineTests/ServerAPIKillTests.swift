@@ -4,6 +4,7 @@ import Postgres
 import Reconciliation
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// A run that asks the Server API, killed mid-way twice and rerun, loses and doubles nothing:
 /// it ends with exactly the corrections of an undisturbed run, as for verifyReceipt.
@@ -23,20 +24,6 @@ import Testing
         }
     }
 
-    /// The CLI's environment for a world whose simulator also serves the Server API.
-    static func environment(_ world: RunWorld, key: URL) -> [String: String] {
-        OperationsTests.environment(world).merging([
-            "APPSTORE_ISSUER_ID": "issuer", "APPSTORE_KEY_ID": "KEY", "APPSTORE_PRIVATE_KEY_FILE": key.path,
-            "APPSTORE_BUNDLE_ID": "com.example.app", "APPSTORE_API_URL": world.simulator.apiURL,
-            "APPSTORE_SANDBOX_API_URL": world.simulator.sandboxAPIURL,
-        ]) { $1 }
-    }
-
-    static func store(_ blobs: [String], in world: RunWorld) async throws {
-        let rows = blobs.enumerated().map { [PostgresBind(String(format: "acct-%05d", $0.offset)), PostgresBind($0.element)] }
-        try await world.connection.copy(into: "iap.app_receipts", columns: ["account_id", "latest_receipt"], rows: rows)
-    }
-
     @Test func killedTwiceAndRerunEndsWithTheCorrectionsOfAnUndisturbedRun() async throws {
         let now = Date()
         let blobs = Self.blobs(now: now)
@@ -46,12 +33,12 @@ import Testing
         defer { try? FileManager.default.removeItem(at: key) }
         try await RunWorld.with("api-kill", now: now, scenario: ["api": api]) { killed in
             try await RunWorld.with("api-calm", now: now, scenario: ["api": api]) { calm in
-                try await Self.store(blobs, in: killed)
-                try await Self.store(blobs, in: calm)
+                try await APIWorld.store(blobs, in: killed)
+                try await APIWorld.store(blobs, in: calm)
                 let root = killed.reportRoot.appending(path: "root.der")
                 try FileManager.default.createDirectory(at: killed.reportRoot, withIntermediateDirectories: true)
                 try Data(killed.simulator.signingRoot).write(to: root)
-                let environment = Self.environment(killed, key: key)
+                let environment = APIWorld.environment(killed, key: key)
                 let arguments = [
                     "run", "--source", "both", "--authority", "server-api", "--apple-root-certificate", root.path,
                     "--concurrency", "4", "--batch-size", "7", "--report-dir", killed.reportRoot.path,
@@ -60,7 +47,7 @@ import Testing
                 // statuses), and the Server API is never held: 120 requests let some 40 accounts
                 // through, and the run then waits on verifyReceipt until it is killed.
                 for round in 1...2 {
-                    try await OperationsTests.killOnceCommitted(arguments, environment: environment, world: killed, run: round, passing: 120)
+                    try await RunWorld.killOnceCommitted(arguments, environment: environment, world: killed, run: round, passing: 120)
                 }
                 try await killed.simulator.release()
                 let rerun = try await CLIProcess.run(arguments, environment: environment)
@@ -76,9 +63,9 @@ import Testing
                 let (undisturbed, _) = try await calm.run(options)
                 #expect(undisturbed.accountsProcessed == Self.accounts)
                 #expect(undisturbed.disagreements == nil)  // the same world through both doors
-                let expected = try await OperationsTests.appliedCorrections(calm)
+                let expected = try await RunWorld.appliedCorrections(calm)
                 #expect(expected.count > Self.accounts / 2)
-                #expect(try await OperationsTests.appliedCorrections(killed) == expected)
+                #expect(try await RunWorld.appliedCorrections(killed) == expected)
                 #expect(try await killed.entitlements() == calm.entitlements())
                 // The ledger rows came from the API in both worlds, once each.
                 #expect(try await killed.count("SELECT count(*) FROM iap.transactions WHERE source = 'server_api'")
@@ -98,9 +85,9 @@ import Testing
         try Fixtures.privateKey(at: key)
         defer { try? FileManager.default.removeItem(at: key) }
         try await RunWorld.with("api-401-cli", scenario: ["api": ["unauthorized": true]]) { world in
-            try await OperationsTests.populate(world, count: 5)
+            try await RunWorld.populate(world, count: 5)
             _ = try await world.run(world.options())  // entitlements, so the API has ids to ask about
-            let environment = ServerAPIKillTests.environment(world, key: key)
+            let environment = APIWorld.environment(world, key: key)
             let result = try await CLIProcess.run(
                 ["backfill", "--all", "--source", "server-api", "--report-dir", world.reportRoot.path], environment: environment)
             #expect(result.status == 2)

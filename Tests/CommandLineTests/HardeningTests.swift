@@ -4,6 +4,7 @@ import Postgres
 import Reconciliation
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// What a careless configuration or a hostile peer does to the job (issue #19, the first items):
 /// a clear error or a clamped value, never a trap, an unbounded wait or a secret in clear.

@@ -3,6 +3,7 @@ import Foundation
 import Postgres
 import Testing
 import TestSupport
+@testable import WorldSupport
 
 /// docs/reports.md, "Finance audit CSV": no CSV the job writes opens as a live formula in finance's spreadsheet.
 @Suite struct FormulaSafeCSVTests {
@@ -48,7 +49,7 @@ import TestSupport
     @Test func theRunsCorrectionsCSVNeverCarriesAFormula() async throws {
         try await RunWorld.with("csv-corrections") { world in
             try await world.addReceipt(Self.hostileAccount, spec: ["generate": ["subscriptions": [world.subscription(original: "77", endDays: 10)]]])
-            let result = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: OperationsTests.environment(world))
+            let result = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.path], environment: RunWorld.environment(world))
             #expect(result.status == 0)
             let corrections = try String(contentsOf: world.reportRoot.appending(path: "corrections.csv"), encoding: .utf8)
             let row = try #require(corrections.components(separatedBy: "\r\n").first { $0.contains("HYPERLINK") }, "\(corrections)")
@@ -59,14 +60,14 @@ import TestSupport
     /// disagreements.csv (`--source both`), from the command line: where the API and verifyReceipt
     /// disagree about the hostile account, its id is a text cell.
     @Test func theRunsDisagreementsCSVNeverCarriesAFormula() async throws {
-        try await CommandLineContractTests.withAPIWorld("csv-disagreements", disagreements: ["30000": ["refund": true]]) { world, key in
+        try await APIWorld.withAPIWorld("csv-disagreements", disagreements: ["30000": ["refund": true]]) { world, key in
             for table in ["iap.app_receipts", "iap.entitlements"] {
                 try await world.connection.execute(PostgresQuery(
                     unsafeSQL: "UPDATE \(table) SET account_id = $1 WHERE account_id = 'acct-00000'", binds: [PostgresBind(Self.hostileAccount)]))
             }
             let result = try await CLIProcess.run(
-                ["run"] + CommandLineContractTests.apiFlags(world, key: key) + ["--source", "both", "--report-dir", world.reportRoot.path],
-                environment: OperationsTests.environment(world))
+                ["run"] + APIWorld.apiFlags(world, key: key) + ["--source", "both", "--report-dir", world.reportRoot.path],
+                environment: RunWorld.environment(world))
             #expect(result.status == 0, "\(result.stderr.suffix(1000))")
             let disagreements = try String(contentsOf: world.reportRoot.appending(path: "disagreements.csv"), encoding: .utf8)
             let row = try #require(disagreements.components(separatedBy: "\r\n").first { $0.contains("HYPERLINK") }, "\(disagreements)")

@@ -4,6 +4,7 @@ import Postgres
 import Storage
 import Testing
 import TestSupport
+@testable import WorldSupport
 
 /// No row stops every run (issue 32): a stored notification on which the process dies (here a
 /// fault of test builds only, a SIGKILL when it starts processing that row, as the out-of-memory
@@ -12,20 +13,20 @@ import TestSupport
 @Suite struct QuarantineTests {
     @Test func aNotificationThatKillsThreeRunsInARowIsQuarantinedByTheFourth() async throws {
         try await RunWorld.with("quarantine") { world in
-            try await NotificationV2Tests.gamer(world)
-            let poison = try NotificationV2Tests.body("TEST")
+            try await V2Notifications.gamer(world)
+            let poison = try V2Notifications.body("TEST")
             let refundedAt = world.nowMs - 3_600_000
-            let refund = try NotificationV2Tests.body(
-                "REFUND", transaction: NotificationV2Tests.consumable("91", world: world, revokedAt: refundedAt))
-            #expect(try await NotificationV2Tests.ingest(world, [poison, refund]) == 2)
+            let refund = try V2Notifications.body(
+                "REFUND", transaction: V2Notifications.consumable("91", world: world, revokedAt: refundedAt))
+            #expect(try await V2Notifications.ingest(world, [poison, refund]) == 2)
             let ids = try await world.connection.query("SELECT id FROM iap.notifications ORDER BY id").map { try $0.decode("id", as: Int64.self) }
             let (poisonId, refundId) = (ids[0], ids[1])
 
             try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
             let root = world.reportRoot.appending(path: "root.der")
-            try Data(NotificationV2Tests.chain.root).write(to: root)
+            try Data(V2Notifications.chain.root).write(to: root)
             let arguments = ["--apple-root-certificate", root.path, "--bundle-id", "com.example.app", "--app-apple-id", "1234"]
-            var dying = OperationsTests.environment(world)
+            var dying = RunWorld.environment(world)
             dying["RR_TEST_DIE_ON_NOTIFICATION"] = String(poisonId)
 
             for night in 1...3 {
@@ -75,7 +76,7 @@ import TestSupport
             // Released once the cause is fixed (here: the fault gone), it is processed like any other.
             let released = try await CLIProcess.run(
                 ["backfill", "--retry-quarantined", "--report-dir", world.reportRoot.appending(path: "retry").path] + arguments,
-                environment: OperationsTests.environment(world))
+                environment: RunWorld.environment(world))
             #expect(released.status == 0, "\(released.stderr.suffix(2000))")
             let after = try await world.connection.query("""
                 SELECT quarantined_at IS NULL AS released, processed_at IS NOT NULL AS done, unfinished_starts FROM iap.notifications WHERE id = \(poisonId)
@@ -91,10 +92,10 @@ import TestSupport
     @Test func anAccountThatKillsThreeRunsInARowIsQuarantinedAndNoInnocentOneIs() async throws {
         try await RunWorld.with("quarantine-account") { world in
             let accounts = 240
-            try await OperationsTests.populate(world, count: accounts)
+            try await RunWorld.populate(world, count: accounts)
             let poison = "acct-00130"
             let arguments = ["--concurrency", "8", "--batch-size", "20"]
-            var dying = OperationsTests.environment(world)
+            var dying = RunWorld.environment(world)
             dying["RR_TEST_DIE_ON_ACCOUNT"] = poison
             func night(_ name: String, environment: [String: String], _ more: [String] = ["run"]) throws -> CLIProcess {
                 try CLIProcess(more + ["--report-dir", world.reportRoot.appending(path: name).path] + arguments, environment: environment)
@@ -174,7 +175,7 @@ import TestSupport
             // Released once the cause is fixed (here: the fault gone), it is verified and corrected.
             let released = try await CLIProcess.run(
                 ["backfill", "--retry-quarantined", "--report-dir", world.reportRoot.appending(path: "retry").path] + arguments,
-                environment: OperationsTests.environment(world))
+                environment: RunWorld.environment(world))
             #expect(released.status == 0, "\(released.stderr.suffix(2000))")
             #expect(try await world.count("SELECT count(*) FROM iap.unfinished_accounts") == 0)
             #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE account_id = '\(poison)' AND last_outcome = 'verified'") == 1)

@@ -7,11 +7,11 @@ import TestSupport
     /// No source file over 400 lines: the run, the store and the clients are cut along their
     /// seams (phases, reading and writing, the handle apart from the connection) instead.
     @Test func noSourceFileIsOver400Lines() throws {
-        let long = try SecurityTests.sources.filter { $0.path.hasSuffix(".swift") }
+        let long = try TestPaths.sources.filter { $0.path.hasSuffix(".swift") }
             .map { (path: $0.path, lines: $0.text.split(separator: "\n", omittingEmptySubsequences: false).count) }
             .filter { $0.lines > 400 }
         #expect(long.isEmpty, "\(long.map { "\($0.path): \($0.lines) lines" })")
-        #expect(try SecurityTests.sources.count > 100, "the sources were not read")
+        #expect(try TestPaths.sources.count > 100, "the sources were not read")
     }
 
     /// The repository stands alone: nothing cites a document outside it. The first migrations'

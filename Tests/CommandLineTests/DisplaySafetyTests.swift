@@ -3,6 +3,7 @@ import Foundation
 import Postgres
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// Issue 29, item 4: an id or a type that came from the database or from Apple never reaches a
 /// person's output raw. An account id with a line feed cannot forge a line, one with ESC or BEL
@@ -29,7 +30,7 @@ import Testing
             try await world.connection.execute("INSERT INTO iap.notifications (body) VALUES (\(body)::jsonb)")
             let reports = world.reportRoot.appending(path: "run").path
             let result = try await CLIProcess.run(["run", "--report-dir", reports, "--log-format", "text"],
-                                                  environment: OperationsTests.environment(world))
+                                                  environment: RunWorld.environment(world))
             #expect(result.status == 0, "\(result.stderr)")
             #expect(Self.isClean(result.stdout) && Self.isClean(result.stderr), "\(result.stderr.debugDescription)")
             // Every log line is one line that starts with its time: nothing forged one.
@@ -60,7 +61,7 @@ import Testing
                 "bundle_id": "com.other.app", "purchases": [["product_id": "lifetime", "transaction_id": "21"]]]])
             let reports = world.reportRoot.appending(path: "run").path
             let result = try await CLIProcess.run(["run", "--report-dir", reports, "--log-format", "text", "--log-level", "debug"],
-                                                  environment: OperationsTests.environment(world))
+                                                  environment: RunWorld.environment(world))
             #expect(result.status == 0, "\(result.stderr)")
             let markdown = try String(contentsOfFile: reports + "/summary.md", encoding: .utf8)
             #expect(markdown.contains("acct\\u202e"), "the bundle mismatch names the account, escaped: \(markdown)")

@@ -3,6 +3,7 @@ import Foundation
 import Reconciliation
 import Testing
 import TestSupport
+@testable import WorldSupport
 
 /// Issue 35, alerts: `cron/receipt-reconciler-alerts.yml` passes promtool's own unit tests, and
 /// those tests feed it series the job really writes, named and labelled as in its metrics file.
@@ -57,10 +58,10 @@ import TestSupport
         var written = Set<String>()
         // A real nightly run's metrics file: a completed run and then an aborted one write every status.
         try await RunWorld.with("alert-series") { world in
-            try await OperationsTests.populate(world, count: 3)
+            try await RunWorld.populate(world, count: 3)
             let metrics = world.reportRoot.appending(path: "metrics.prom")
             let result = try await CLIProcess.run(
-                ["run", "--report-dir", world.reportRoot.path, "--metrics-file", metrics.path], environment: OperationsTests.environment(world))
+                ["run", "--report-dir", world.reportRoot.path, "--metrics-file", metrics.path], environment: RunWorld.environment(world))
             #expect(result.status == 0, "\(result.stderr)")
             written.formUnion(Self.series(in: try String(contentsOf: metrics, encoding: .utf8)))
         }

@@ -2,6 +2,7 @@ import Foundation
 import Postgres
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// CI runs as root or as a user with passwordless sudo (`.ci/run` sets RR_REQUIRE_ROOT_TESTS=1
 /// then): a root-only suite that was skipped there fails this test, so a broken mount cannot hide
@@ -20,12 +21,12 @@ struct RootOnlyTestsRanTests {
 struct FullDiskTests {
     @Test func aDiskFullBeforeTheRunStopsItBeforeAnyChange() async throws {
         try await RunWorld.with("diskfull") { world in
-            try await OperationsTests.populate(world, count: 20)
+            try await RunWorld.populate(world, count: 20)
             let disk = try SmallDisk(kilobytes: 16)
             defer { disk.unmount() }
             disk.fill()
             let reports = disk.directory.appending(path: "run").path
-            let refused = try await CLIProcess.run(["run", "--report-dir", reports], environment: OperationsTests.environment(world))
+            let refused = try await CLIProcess.run(["run", "--report-dir", reports], environment: RunWorld.environment(world))
             #expect(refused.status == 1)
             #expect(refused.stderr.contains("failures.csv") && refused.stderr.contains("No space left on device"), "\(refused.stderr)")
             #expect(disk.files() == ["filler", "run"])
@@ -36,7 +37,7 @@ struct FullDiskTests {
             #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_verified_at IS NOT NULL") == 0)
 
             disk.free()
-            let rerun = try await CLIProcess.run(["run", "--report-dir", reports], environment: OperationsTests.environment(world))
+            let rerun = try await CLIProcess.run(["run", "--report-dir", reports], environment: RunWorld.environment(world))
             #expect(rerun.status == 0, "\(rerun.stderr)")
             #expect(disk.files() == ["run", "run/corrections.csv", "run/failures.csv", "run/summary.json", "run/summary.md"])
             #expect(try await world.count("SELECT count(*) FROM iap.entitlements") == 20)
@@ -46,11 +47,11 @@ struct FullDiskTests {
     @Test func aDiskThatFillsWhileReportingKeepsTheRunsWorkAndSaysHowToFinish() async throws {
         try await RunWorld.with("diskfills") { world in
             // 400 corrections make a corrections.csv several times the disk.
-            try await OperationsTests.populate(world, count: 400)
+            try await RunWorld.populate(world, count: 400)
             let disk = try SmallDisk(kilobytes: 24)
             defer { disk.unmount() }
             let reports = disk.directory.appending(path: "run").path
-            let result = try await CLIProcess.run(["run", "--report-dir", reports], environment: OperationsTests.environment(world))
+            let result = try await CLIProcess.run(["run", "--report-dir", reports], environment: RunWorld.environment(world))
             #expect(result.status == 1)
             #expect(result.stderr.contains("\(reports)/corrections.csv: No space left on device"), "\(result.stderr)")
             #expect(result.stderr.contains("its work is committed"))
@@ -68,13 +69,13 @@ struct FullDiskTests {
             let elsewhere = world.reportRoot.appending(path: "corrections-1.csv")
             try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
             let rewritten = try await CLIProcess.run(["report", "1", "--format", "csv", "--output", elsewhere.path],
-                                                     environment: OperationsTests.environment(world))
+                                                     environment: RunWorld.environment(world))
             #expect(rewritten.status == 0, "\(rewritten.stderr)")
             #expect(try String(contentsOf: elsewhere, encoding: .utf8).split(separator: "\r\n").count == 401)
 
             // And onto the full disk it fails the same clear way, leaving nothing behind.
             let onFull = try await CLIProcess.run(["report", "1", "--format", "csv", "--output", "\(reports)/corrections.csv"],
-                                                  environment: OperationsTests.environment(world))
+                                                  environment: RunWorld.environment(world))
             #expect(onFull.status == 1)
             #expect(onFull.stderr.contains("\(reports)/corrections.csv: No space left on device"), "\(onFull.stderr)")
             #expect(disk.files() == ["run", "run/failures.csv"])

@@ -4,64 +4,10 @@ import Foundation
 import Postgres
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// Secrets stay secret, SQL stays bound, TLS stays verified.
 @Suite struct SecurityTests {
-    static var sources: [(path: String, text: String)] {
-        get throws {
-            let root = TestPaths.repositoryRoot.appending(path: "Sources")
-            let enumerator = FileManager.default.enumerator(atPath: root.path)!
-            var files: [(String, String)] = []
-            while let path = enumerator.nextObject() as? String {
-                guard path.hasSuffix(".swift") || path.hasSuffix(".h") else { continue }
-                files.append((path, try String(contentsOf: root.appending(path: path), encoding: .utf8)))
-            }
-            return files
-        }
-    }
-
-    /// A module boundary, kept by a lint: SQL text and libpq are the Postgres module's alone. That
-    /// its one splice of names is safe is shown by trying hostile names (`SpliceTests`), not here.
-    @Test func onlyThePostgresModuleBuildsSQLText() throws {
-        for (path, text) in try Self.sources {
-            if text.contains("unsafeSQL:") || text.contains("(unescaped:") {
-                #expect(path.hasPrefix("Postgres/"), "\(path) builds SQL from strings")
-            }
-            if text.contains("executeScript(") {
-                #expect(path.hasPrefix("Postgres/") || path.hasPrefix("SchemaMigrations/"), "\(path) runs unbound SQL")
-            }
-            for line in text.split(separator: "\n") where line.contains("PQexec(") {
-                #expect(path.hasPrefix("Postgres/"), "\(path) calls libpq directly")
-            }
-        }
-    }
-
-    /// The database is Storage's. The compiler keeps most of it: no store exposes its connection,
-    /// and with MemberImportVisibility a module that does not import Postgres cannot call a
-    /// connection's methods even where one is in reach. What it cannot see is left to this lint:
-    /// SwiftPM lets a target import a module it only depends on indirectly (its
-    /// `--explicit-target-dependency-import-check error` let `import Postgres` in Jobs through when
-    /// tried), and the commands import Postgres to connect and to read its errors, so no
-    /// transaction is opened, and no statement run, outside Postgres, Storage and the migrations.
-    @Test func onlyStorageAndTheCommandsTalkToPostgres() throws {
-        for (path, text) in try Self.sources {
-            if path.hasPrefix("Jobs/") {
-                #expect(!text.contains("import Postgres"), "\(path) imports Postgres")
-            }
-            guard !["Postgres/", "Storage/", "SchemaMigrations/"].contains(where: path.hasPrefix) else { continue }
-            #expect(!text.contains("withTransaction"), "\(path) opens a transaction itself")
-            #expect(text.firstMatch(of: /connection\.(query|execute|copy)\(/) == nil, "\(path) runs a statement itself")
-        }
-    }
-
-    /// A module boundary, kept by a lint: libcurl is the HTTP module's alone. That TLS is verified
-    /// is shown by behaviour, below and in TLSVerificationTests.
-    @Test func onlyTheHTTPModuleReachesLibcurl() throws {
-        for (path, text) in try Self.sources where !path.hasPrefix("HTTP/") && !path.hasPrefix("CCurl/") {
-            #expect(!text.contains("CURLOPT_"), "\(path) reaches libcurl around the HTTP module")
-        }
-    }
-
     /// Every Apple URL, pointed at a loopback HTTPS server whose certificate no system root
     /// vouches for, is refused at the handshake: each receipt or account fails with a TLS error,
     /// and nothing is verified. Run as a user runs it, for each of the four variables.
@@ -69,8 +15,8 @@ import Testing
     func everyAppleURLRefusesACertificateNobodyVouchesFor(_ variable: String) async throws {
         let server = try TLSServerProcess()
         defer { server.stop() }
-        try await CommandLineContractTests.withAPIWorld("tls", environment: variable.contains("SANDBOX") ? "Sandbox" : "Production") { world, key in
-            var environment = ServerAPIKillTests.environment(world, key: key)
+        try await APIWorld.withAPIWorld("tls", environment: variable.contains("SANDBOX") ? "Sandbox" : "Production") { world, key in
+            var environment = APIWorld.environment(world, key: key)
             environment[variable] = "https://127.0.0.1:\(server.port)" + (variable.hasPrefix("APPLE_") ? "/verifyReceipt" : "")
             let source = variable.hasPrefix("APPLE_") ? "verify-receipt" : "server-api"
             let result = try await CLIProcess.run(
@@ -89,8 +35,8 @@ import Testing
     /// `--log-level trace`, text and JSON), report or output of a run that spoke to the API. A
     /// token is found by its header (`"kid":"KEY"`), whatever its signature.
     @Test func theKeyAndItsTokensNeverReachLogsOrReports() async throws {
-        try await CommandLineContractTests.withAPIWorld("jwt") { world, key in
-            let environment = ServerAPIKillTests.environment(world, key: key)
+        try await APIWorld.withAPIWorld("jwt") { world, key in
+            let environment = APIWorld.environment(world, key: key)
             var everything = ""
             for format in ["text", "json"] {
                 let report = world.reportRoot.appending(path: "report-\(format)")
@@ -127,14 +73,14 @@ import Testing
     /// The shared secret and the database password appear in no log line, report, metric or output.
     @Test func secretsNeverReachLogsOrReports() async throws {
         try await RunWorld.with("secrets") { world in
-            try await OperationsTests.populate(world, count: 6)
+            try await RunWorld.populate(world, count: 6)
             try await world.addReceipt("broken", "not base64 at all!")
             let password = "db-pa55word-\(UUID().uuidString.prefix(8))"
             // Trust authentication ignores the password, so it can sit in the URL like a real one.
             let url = world.database.connectionString + " password=\(password)"
             let report = world.reportRoot.appending(path: "secret-report")
             let metrics = world.reportRoot.appending(path: "metrics.prom")
-            var environment = OperationsTests.environment(world)
+            var environment = RunWorld.environment(world)
             environment["DATABASE_URL"] = url
             let result = try await CLIProcess.run(
                 ["run", "--report-dir", report.path, "--metrics-file", metrics.path, "--log-level", "trace", "--log-format", "json"],

@@ -2,6 +2,7 @@ import AppleSimulator
 import Foundation
 import Testing
 import TestSupport
+@testable import WorldSupport
 
 /// `inspect` and `ingest-notifications` on signed data, run as the real executable.
 @Suite struct SignedDataCLITests {

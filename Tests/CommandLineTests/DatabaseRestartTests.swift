@@ -5,6 +5,7 @@ import Reconciliation
 import SchemaMigrations
 import TestSupport
 import Testing
+@testable import WorldSupport
 
 /// The database server restarted in the middle of a run: the run reconnects or fails cleanly,
 /// and a rerun converges on what an undisturbed run gives.
@@ -20,7 +21,7 @@ import Testing
             let connection = try await PostgresConnection.connect(url)
             try await Migrator(logger: .quiet).migrate(connection)
             // The same accounts in both worlds; the restarted one answers slowly so the restart lands mid-run.
-            try await OperationsTests.populate(calm, count: 200)
+            try await RunWorld.populate(calm, count: 200)
             let receipts = try await calm.connection.query("SELECT account_id, latest_receipt FROM iap.app_receipts ORDER BY id")
             let slowed: [[PostgresBind]] = try receipts.map { row in
                 let blob: String = try row.decode("latest_receipt")
@@ -35,7 +36,7 @@ import Testing
             try await connection.copy(into: "iap.app_receipts", columns: ["account_id", "latest_receipt"], rows: slowed)
             await connection.close()
 
-            var environment = OperationsTests.environment(calm)
+            var environment = RunWorld.environment(calm)
             environment["DATABASE_URL"] = url
             let arguments = ["run", "--concurrency", "2", "--batch-size", "10", "--report-dir", calm.reportRoot.appending(path: "restart").path]
             let cli = try CLIProcess(arguments, environment: environment)
@@ -82,7 +83,7 @@ import Testing
                 SELECT account_id || '/' || product_id || '/' || kind || '/' || (after->>'state') || '/' || COALESCE(after->>'expires_at', '') AS c
                 FROM iap.corrections WHERE status = 'applied' ORDER BY 1
                 """).map { try $0.decode("c", as: String.self) }
-            #expect(applied == (try await OperationsTests.appliedCorrections(calm)))
+            #expect(applied == (try await RunWorld.appliedCorrections(calm)))
             let unverified = try await restarted.query("SELECT count(*) AS n FROM iap.app_receipts WHERE last_verified_at IS NULL")
             #expect(try unverified[0].decode("n", as: Int.self) == 0)
             await restarted.close()

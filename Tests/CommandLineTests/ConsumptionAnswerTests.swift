@@ -4,6 +4,7 @@ import HTTP
 import Postgres
 import Testing
 import TestSupport
+@testable import WorldSupport
 
 /// `answer-consumption-requests` end to end (docs/consumption.md): the executable against real
 /// PostgreSQL and the simulator, whose Send Consumption Information checks each body as Apple
@@ -17,10 +18,10 @@ import TestSupport
         let signedDate = Int64(Date().timeIntervalSince1970 * 1000) - Int64(hoursAgo * Double(hour))
         let spec: [String: Any] = [
             "notificationType": "CONSUMPTION_REQUEST", "notificationUUID": uuid, "signedDate": signedDate,
-            "data": ["bundleId": "com.example.app", "environment": "Production", "appAppleId": NotificationV2Tests.appAppleId,
+            "data": ["bundleId": "com.example.app", "environment": "Production", "appAppleId": V2Notifications.appAppleId,
                      "consumptionRequestReason": reason, "transactionInfo": transaction],
         ]
-        return try SignedNotifications(chain: NotificationV2Tests.chain).body(forSpec: Array(JSONSerialization.data(withJSONObject: spec)))
+        return try SignedNotifications(chain: V2Notifications.chain).body(forSpec: Array(JSONSerialization.data(withJSONObject: spec)))
     }
 
     static func transaction(_ id: String, product: String = "coins.100", type: String = "Consumable", extra: [String: Any] = [:]) -> [String: Any] {
@@ -51,7 +52,7 @@ import TestSupport
 
     /// The CLI's environment: the App Store Connect key, the simulator's API, the app's identity.
     static func environment(_ world: RunWorld, key: URL) -> [String: String] {
-        ServerAPIKillTests.environment(world, key: key).merging(["APPSTORE_APP_APPLE_ID": String(NotificationV2Tests.appAppleId)]) { $1 }
+        APIWorld.environment(world, key: key).merging(["APPSTORE_APP_APPLE_ID": String(V2Notifications.appAppleId)]) { $1 }
     }
 
     static func answer(_ world: RunWorld, _ extra: [String] = [], environment: [String: String] = [:]) async throws
@@ -59,7 +60,7 @@ import TestSupport
     {
         try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
         let root = world.reportRoot.appending(path: "root.der")
-        try Data(NotificationV2Tests.chain.root).write(to: root)
+        try Data(V2Notifications.chain.root).write(to: root)
         let simulatorRoot = world.reportRoot.appending(path: "simulator-root.der")
         try Data(world.simulator.signingRoot).write(to: simulatorRoot)
         let key = try Fixtures.privateKey(at: world.reportRoot.appending(path: "key.p8"))
@@ -118,7 +119,7 @@ import TestSupport
                 try Self.request(Self.transaction("91"), hoursAgo: 0.5, uuid: uuids[7], reason: "OTHER"),
                 ForgedBodyTests.forgedBody(original: "91"),
             ]
-            #expect(try await NotificationV2Tests.ingest(world, bodies) == bodies.count)
+            #expect(try await V2Notifications.ingest(world, bodies) == bodies.count)
 
             let result = try await ConsumptionAnswerTests.answer(world)
             #expect(result.status == 0, "\(result.stderr.suffix(1500))")
@@ -194,7 +195,7 @@ import TestSupport
                 try Self.request(Self.transaction("401", product: "season.pass", type: "Non-Renewing Subscription"), hoursAgo: 3),
                 try Self.request(Self.transaction("402"), hoursAgo: 2),
             ]
-            _ = try await NotificationV2Tests.ingest(world, bodies)
+            _ = try await V2Notifications.ingest(world, bodies)
             let result = try await ConsumptionAnswerTests.answer(world, ["--refund-preference", "DECLINE"])
             #expect(result.status == 0, "\(result.stderr.suffix(1500))")
             let received = try await Self.received(world)
@@ -220,7 +221,7 @@ import TestSupport
             try await Self.ledger(world, "gamer", "91")
             try await Self.ledger(world, "gamer", "92")
             try await Self.consent(world, "gamer", true)
-            _ = try await NotificationV2Tests.ingest(world, [
+            _ = try await V2Notifications.ingest(world, [
                 try Self.request(Self.transaction("91"), hoursAgo: 2, uuid: "first"),
                 try Self.request(Self.transaction("92"), hoursAgo: 1, uuid: "second"),
             ])
@@ -243,7 +244,7 @@ import TestSupport
         try await RunWorld.with("consumption-dry") { world in
             try await Self.ledger(world, "gamer", "91")
             try await Self.consent(world, "gamer", true)
-            _ = try await NotificationV2Tests.ingest(world, [try Self.request(Self.transaction("91"))])
+            _ = try await V2Notifications.ingest(world, [try Self.request(Self.transaction("91"))])
             let dry = try await ConsumptionAnswerTests.answer(world, ["--dry-run"])
             #expect(dry.status == 0, "\(dry.stderr.suffix(800))")
             #expect(dry.stdout.contains(#"transaction 91 (account gamer): {"customerConsented":true,"deliveryStatus":"DELIVERED","sampleContentProvided":false}"#),
@@ -263,7 +264,7 @@ import TestSupport
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let spec: (String, String) -> [String: Any] = { type, uuid in [
             "notificationType": type, "notificationUUID": uuid, "signedDate": now - Self.hour,
-            "data": ["bundleId": "com.example.app", "environment": "Production", "appAppleId": NotificationV2Tests.appAppleId,
+            "data": ["bundleId": "com.example.app", "environment": "Production", "appAppleId": V2Notifications.appAppleId,
                      "transactionInfo": Self.transaction("91")],
         ] }
         let scenario: [String: Any] = ["api": ["notifications": [spec("DID_RENEW", "renewal"), spec("CONSUMPTION_REQUEST", "from-history")]]]
@@ -285,7 +286,7 @@ import TestSupport
         try await RunWorld.with("consumption-failed", scenario: ["api": ["consumption": ["faults": ["91": faults]]]]) { world in
             try await Self.ledger(world, "gamer", "91")
             try await Self.consent(world, "gamer", true)
-            _ = try await NotificationV2Tests.ingest(world, [try Self.request(Self.transaction("91"), hoursAgo: 10.5, uuid: "slow")])
+            _ = try await V2Notifications.ingest(world, [try Self.request(Self.transaction("91"), hoursAgo: 10.5, uuid: "slow")])
             let metrics = world.reportRoot.appending(path: "consumption.prom")
             let first = try await ConsumptionAnswerTests.answer(world, ["--metrics-file", metrics.path])
             #expect(first.status == 0, "\(first.stderr.suffix(800))")
@@ -311,7 +312,7 @@ import TestSupport
             try await Self.ledger(world, "gamer", "91")
             try await Self.ledger(world, "gamer", "92")
             try await Self.consent(world, "gamer", true)
-            _ = try await NotificationV2Tests.ingest(world, [
+            _ = try await V2Notifications.ingest(world, [
                 try Self.request(Self.transaction("91"), uuid: "recent"),
                 try Self.request(Self.transaction("92"), hoursAgo: 1, uuid: "stored-long-ago"),
             ])
@@ -331,10 +332,10 @@ import TestSupport
         try await RunWorld.with("consumption-wrapper") { world in
             try await Self.ledger(world, "gamer", "91")
             try await Self.consent(world, "gamer", true)
-            _ = try await NotificationV2Tests.ingest(world, [try Self.request(Self.transaction("91"))])
+            _ = try await V2Notifications.ingest(world, [try Self.request(Self.transaction("91"))])
             try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
             let root = world.reportRoot.appending(path: "root.der")
-            try Data(NotificationV2Tests.chain.root).write(to: root)
+            try Data(V2Notifications.chain.root).write(to: root)
             let key = try Fixtures.privateKey(at: world.reportRoot.appending(path: "key.p8"))
             let envFile = world.reportRoot.appending(path: "reconciler.env")
             try Self.environment(world, key: key).filter { $0.key.hasPrefix("APPSTORE_") || $0.key == "DATABASE_URL" }
@@ -355,7 +356,7 @@ import TestSupport
         try await RunWorld.with("consumption-lock") { world in
             try await Self.ledger(world, "gamer", "91")
             try await Self.consent(world, "gamer", true)
-            _ = try await NotificationV2Tests.ingest(world, [try Self.request(Self.transaction("91"))])
+            _ = try await V2Notifications.ingest(world, [try Self.request(Self.transaction("91"))])
             let holder = try await world.database.connect()
             try await holder.execute("SELECT pg_advisory_lock(125835620085363)")  // "rrcons", ConsumptionStore.lockKey
             let result = try await ConsumptionAnswerTests.answer(world)
@@ -372,7 +373,7 @@ import TestSupport
         try await RunWorld.with("consumption-401", scenario: ["api": ["unauthorized": true]]) { world in
             try await Self.ledger(world, "gamer", "91")
             try await Self.consent(world, "gamer", true)
-            _ = try await NotificationV2Tests.ingest(world, [try Self.request(Self.transaction("91"), uuid: "locked-out")])
+            _ = try await V2Notifications.ingest(world, [try Self.request(Self.transaction("91"), uuid: "locked-out")])
             let result = try await ConsumptionAnswerTests.answer(world)
             #expect(result.status == 2, "\(result.stderr.suffix(800))")
             #expect(result.stderr.contains("Apple refused the App Store Connect key"))

@@ -1,0 +1,71 @@
+import AppStore
+import AppStoreModels
+import AppleSimulator
+import Foundation
+import Jobs
+import Logging
+import Postgres
+import Reconciliation
+import SchemaMigrations
+@testable import Storage
+import Testing
+import TestSupport
+
+/// Server Notifications V2 signed by a test chain the world trusts, and how they are ingested.
+enum V2Notifications {
+    static let chain = try! SigningChain.create()
+
+    static let appAppleId: Int64 = 1234
+
+    static func options(_ world: RunWorld) -> RunOptions {
+        var options = world.options()
+        options.appleRootCertificates = [chain.root]
+        options.bundleIds = ["com.example.app"]
+        options.appAppleId = appAppleId
+        return options
+    }
+
+    /// A V2 body: `transaction` is signed inside it as signedTransactionInfo.
+    static func body(
+        _ type: String, subtype: String? = nil, uuid: String = UUID().uuidString.lowercased(), transaction: [String: Any]? = nil,
+        bundleId: String = "com.example.app", environment: String = "Production", fault: SigningChain.Fault? = nil,
+        undated: Bool = false, signedDate: Any? = nil
+    ) throws -> String {
+        var data: [String: Any] = ["bundleId": bundleId, "environment": environment, "appAppleId": appAppleId]
+        if let transaction { data["transactionInfo"] = transaction }
+        var spec: [String: Any] = ["notificationType": type, "notificationUUID": uuid, "data": data]
+        if let subtype { spec["subtype"] = subtype }
+        if let fault { spec["simulatorFault"] = fault.rawValue }
+        if undated { spec["signedDate"] = NSNull() }  // signed with no signedDate, on the payload nor on its transaction
+        if let signedDate { spec["signedDate"] = signedDate }
+        return try SignedNotifications(chain: chain).body(forSpec: Array(JSONSerialization.data(withJSONObject: spec)))
+    }
+
+    static func consumable(_ id: String, world: RunWorld, revokedAt: Int64? = nil) -> [String: Any] {
+        var transaction: [String: Any] = [
+            "transactionId": id, "originalTransactionId": id, "productId": "coins.100", "type": "Consumable", "quantity": 1,
+            "purchaseDate": world.nowMs - 3 * world.dayMs, "originalPurchaseDate": world.nowMs - 3 * world.dayMs,
+            "inAppOwnershipType": "PURCHASED", "price": 990, "currency": "EUR",
+        ]
+        if let revokedAt {
+            transaction["revocationDate"] = revokedAt
+            transaction["revocationReason"] = 1
+        }
+        return transaction
+    }
+
+    /// The world of the v1 refund test: a finished consumable in the ledger only.
+    static func gamer(_ world: RunWorld, cancelled: Bool = false) async throws {
+        try await world.addReceipt("gamer", spec: ["generate": ["purchases": [["product_id": "lifetime", "transaction_id": "90"]]]])
+        try await world.connection.execute("""
+            INSERT INTO iap.transactions (transaction_id, account_id, original_transaction_id, product_id, purchase_date, quantity,
+                                          environment, cancellation_date, cancellation_reason)
+            VALUES ('91', 'gamer', '91', 'coins.100', now() - interval '3 days', 1, 'Production',
+                    CASE WHEN \(cancelled) THEN now() - interval '1 day' END, CASE WHEN \(cancelled) THEN 1 END)
+            """)
+    }
+
+    static func ingest(_ world: RunWorld, _ bodies: [String]) async throws -> Int {
+        try await NotificationStore(connection: world.connection).insert(bodies: bodies)
+    }
+}
