@@ -26,10 +26,7 @@ final class ConnectionHandle: @unchecked Sendable {
     }
 
     func connect() throws(PostgresError) {
-        if let connection {
-            finish(connection)
-            self.connection = nil
-        }
+        discard()
         // Defaults first: the caller's connection string, expanded from `dbname`, overrides them.
         let keywords = ["connect_timeout", "application_name", "client_encoding", "dbname"]
         let values = ["10", applicationName, "UTF8", connectionString]
@@ -56,6 +53,12 @@ final class ConnectionHandle: @unchecked Sendable {
 
     func close() {
         isClosed = true
+        discard()
+    }
+
+    /// Frees the live `PGconn`, if any, and forgets it: the next statement connects afresh (unless
+    /// the handle was closed).
+    private func discard() {
         if let connection {
             finish(connection)
             self.connection = nil
@@ -107,10 +110,7 @@ final class ConnectionHandle: @unchecked Sendable {
         do {
             _ = try run("ROLLBACK", binds: [], phase: .transaction)
         } catch {
-            if let connection = self.connection {
-                finish(connection)
-                self.connection = nil
-            }
+            discard()
             throw error
         }
     }
@@ -148,10 +148,7 @@ final class ConnectionHandle: @unchecked Sendable {
     /// A connection found lost is dropped here, so the next statement outside a transaction
     /// connects afresh instead of writing to a socket that libpq may still call OK.
     func dropIfLost(_ error: PostgresError) -> PostgresError {
-        if error.code == .connectionLost, let connection {
-            finish(connection)
-            self.connection = nil
-        }
+        if error.code == .connectionLost { discard() }
         return error
     }
 

@@ -83,8 +83,10 @@ public final class PostgresConnection: Sendable {
                 try await onThread { handle in try handle.rollback() }
             } catch let failure {
                 // The caller hears of the error that failed the transaction; this one would be lost.
-                logger.warning("ROLLBACK failed; the connection was discarded and the next statement connects afresh",
-                               metadata: ["database": "\(target)", "error": "\(failure)"])
+                logger.warning("postgres.rollback_failed", metadata: [
+                    "postgres.database": "\(target)", "postgres.error": "\(failure)",
+                    "postgres.reason": "the connection was discarded; the next statement connects afresh",
+                ])
             }
             throw error
         }

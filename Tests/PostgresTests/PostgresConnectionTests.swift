@@ -149,8 +149,8 @@ import TestSupport
         }
         let warnings = log.messages.filter { $0.level == .warning }
         #expect(warnings.count == 1)
-        #expect(warnings.first?.message.contains("ROLLBACK failed") == true)
-        #expect(warnings.first?.metadata.contains("database=") == true)
+        #expect(warnings.first?.message == "postgres.rollback_failed")
+        #expect(warnings.first?.metadata.contains("postgres.database=") == true)
         let rows = try await connection.query("SELECT to_regclass('pg_temp.doomed') IS NULL AS gone")
         #expect(try rows[0].decode("gone", as: Bool.self))
         #expect(try await connection.backendProcessID() != firstPID)
