@@ -18,17 +18,10 @@ import TestSupport
     /// comments name sections of the design document they were written against, and an applied
     /// migration is never edited, so docs/database.md says where each of those rules is stated now.
     @Test func nothingCitesADocumentOutsideTheRepository() throws {
-        let root = TestPaths.repositoryRoot
-        let mapping = try String(contentsOf: root.appending(path: "docs/database.md"), encoding: .utf8)
-        let enumerator = FileManager.default.enumerator(atPath: root.path)!
+        let mapping = try String(contentsOf: TestPaths.repositoryRoot.appending(path: "docs/database.md"), encoding: .utf8)
         var read = 0
-        while let path = enumerator.nextObject() as? String {
-            if path.hasPrefix(".build") || path.hasPrefix(".git") || path.hasPrefix("Tests/Fixtures") || path.hasPrefix("FuzzTesting") {
-                enumerator.skipDescendants()
-                continue
-            }
-            guard [".swift", ".md", ".sql", ".sh", ".yaml", ".service", ".timer"].contains(where: path.hasSuffix) || path.hasPrefix("scripts/"),
-                  let text = try? String(contentsOf: root.appending(path: path), encoding: .utf8) else { continue }
+        for (path, text) in TestPaths.repositoryTexts
+        where [".swift", ".md", ".sql", ".sh", ".yaml", ".service", ".timer"].contains(where: path.hasSuffix) || path.hasPrefix("scripts/") {
             read += 1
             let outside = [".." + "/shared", "shared" + "/contract"]  // split: this file names them without citing them
             #expect(!outside.contains(where: text.contains), "\(path) points outside the repository")
@@ -49,19 +42,14 @@ import TestSupport
     @Test func everyCitedSectionExists() throws {
         let root = TestPaths.repositoryRoot
         var cited = 0
-        for folder in ["Sources", "Tests", "Migrations", "cron", "scripts"] {
-            let enumerator = FileManager.default.enumerator(atPath: root.appending(path: folder).path)!
-            while let path = enumerator.nextObject() as? String {
-                guard !path.hasPrefix("Fixtures"), let text = try? String(contentsOf: root.appending(path: folder + "/" + path), encoding: .utf8)
-                else { continue }
-                for match in text.replacing(/\n\s*(\/\/\/?|--|#)\s*/, with: " ").matches(of: /docs\/([a-z-]+\.md), "([^"]+)"/) {
-                    cited += 1
-                    let page = try? String(contentsOf: root.appending(path: "docs/" + match.output.1), encoding: .utf8)
-                    let headings = (page ?? "").split(separator: "\n").filter { $0.hasPrefix("#") }
-                        .map { $0.drop { $0 == "#" }.trimmingCharacters(in: .whitespaces) }
-                    #expect(headings.contains { $0.hasPrefix(match.output.2) },
-                            "\(folder)/\(path) cites docs/\(match.output.1), \"\(match.output.2)\", which has no such heading")
-                }
+        for (path, text) in TestPaths.repositoryTexts where ["Sources/", "Tests/", "Migrations/", "cron/", "scripts/"].contains(where: path.hasPrefix) {
+            for match in text.replacing(/\n\s*(\/\/\/?|--|#)\s*/, with: " ").matches(of: /docs\/([a-z-]+\.md), "([^"]+)"/) {
+                cited += 1
+                let page = try? String(contentsOf: root.appending(path: "docs/" + match.output.1), encoding: .utf8)
+                let headings = (page ?? "").split(separator: "\n").filter { $0.hasPrefix("#") }
+                    .map { $0.drop { $0 == "#" }.trimmingCharacters(in: .whitespaces) }
+                #expect(headings.contains { $0.hasPrefix(match.output.2) },
+                        "\(path) cites docs/\(match.output.1), \"\(match.output.2)\", which has no such heading")
             }
         }
         #expect(cited > 50, "no citation was read")

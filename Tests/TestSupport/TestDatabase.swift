@@ -82,6 +82,23 @@ public enum TestPaths {
         }
     }
 
+    /// Every UTF-8 file of the repository, path (relative to its root) and text, less the build's,
+    /// git's, the fixtures (other people's words) and the fuzz corpora: what the lints of the
+    /// docs and citations read.
+    public static var repositoryTexts: [(path: String, text: String)] {
+        let enumerator = FileManager.default.enumerator(atPath: repositoryRoot.path)!
+        var files: [(String, String)] = []
+        while let path = enumerator.nextObject() as? String {
+            if path.hasPrefix(".build") || path.hasPrefix(".git") || path.hasPrefix("Tests/Fixtures") || path.hasPrefix("FuzzTesting") {
+                enumerator.skipDescendants()
+                continue
+            }
+            guard let text = try? String(contentsOf: repositoryRoot.appending(path: path), encoding: .utf8) else { continue }
+            files.append((path, text))
+        }
+        return files
+    }
+
     public static var repositoryRoot: URL {
         var url = URL(filePath: #filePath)
         for _ in 0..<3 { url.deleteLastPathComponent() }
