@@ -337,10 +337,11 @@ extension RunWorld {
                 VALUES ('racer', 'pro.monthly', '2', 'active', true, \(world.expiry(endDays: 365)), now())
                 """)
             let applier = ReconciliationStore(connection: try await world.database.connect())
-            async let applied = applier.applyPlanned(runId: runId, afterId: 0, limit: 10, now: world.now)
+            // A task, not `async let`: a failing test must not wait at its scope's end on a lock it holds.
+            let applying = Task { try await applier.applyPlanned(runId: runId, afterId: 0, limit: 10, now: world.now) }
             try await waitUntil("the apply waits on the app server's row") { try await world.someoneWaitsOnALock() }
             try await appServer.execute("COMMIT")
-            let result = try await applied
+            let result = try await applying.value
             #expect(result.applied == 0)
             #expect(result.superseded == 1)
             let row = try #require(try await world.entitlements()["racer/pro.monthly"])
@@ -404,11 +405,12 @@ extension RunWorld {
             let processor = NotificationProcessor(
                 store: NotificationStore(connection: connection), sharedSecret: world.secret,
                 verifier: try SignedDataVerifier(configuration: .init(bundleIds: [])), maximumAge: .seconds(86_400), logger: .quiet)
-            async let processing: RunSummary = {
+            // A task, not `async let`: a failing test must not wait at its scope's end on a lock it holds.
+            let processing = Task {
                 var summary = RunSummary()
                 try await processor.process(runId: runId, now: world.now, summary: &summary)
                 return summary
-            }()
+            }
             try await waitUntil("the notification waits for the batch") { try await world.someoneWaitsOnALock() }
             try await batch.execute("""
                 INSERT INTO iap.transactions (transaction_id, account_id, original_transaction_id, product_id, environment)
@@ -416,7 +418,7 @@ extension RunWorld {
                 ON CONFLICT (transaction_id) DO UPDATE SET product_id = EXCLUDED.product_id
                 """)
             try await batch.execute("COMMIT")
-            let summary = try await processing
+            let summary = try await processing.value
             #expect(summary.notifications["REFUND"]?[.applied] == 1)
             #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE transaction_id = '78' AND cancellation_date IS NOT NULL") == 1)
             await batch.close()
@@ -462,7 +464,8 @@ extension RunWorld {
             try await appServer.execute("BEGIN")
             try await appServer.execute("LOCK TABLE iap.entitlements IN ACCESS EXCLUSIVE MODE")
             let reader = ReconciliationStore(connection: try await world.database.connect())
-            async let page = reader.page(after: "", limit: 10, selection: AccountSelection(kind: .due(staleAfter: .zero)), now: Date())
+            // A task, not `async let`: a failing test must not wait at its scope's end on a lock it holds.
+            let reading = Task { try await reader.page(after: "", limit: 10, selection: AccountSelection(kind: .due(staleAfter: .zero)), now: Date()) }
             try await waitUntil("the page read waits for the entitlements") { try await world.someoneWaitsOnALock() }
             try await appServer.execute("""
                 INSERT INTO iap.app_receipts (account_id, bundle_id, latest_receipt) VALUES ('buyer', 'com.example.app', 'bmV3')
@@ -472,7 +475,7 @@ extension RunWorld {
                 VALUES ('buyer', 'season.pass', '2', 'active', true, now())
                 """)
             try await appServer.execute("COMMIT")
-            let read = try await page
+            let read = try await reading.value
             let buyer = read.accounts.first { $0.accountId == "buyer" }
             let receipts = buyer?.receipts ?? []
             let stored = buyer?.stored ?? []
