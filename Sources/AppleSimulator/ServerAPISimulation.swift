@@ -249,7 +249,12 @@ extension SimulatedAPIChain {
     /// transaction (its transactions and pending renewal info, in Apple's signed names).
     /// `disagreements` (original id -> `{"refund": true}` or `{"expires_shift_days": N}`) makes
     /// the API deliberately disagree with verifyReceipt, for the demo and the tests.
-    static func chains(fromReceipts blobs: [String], disagreements: [String: [String: Any]]) throws -> [String: SimulatedAPIChain] {
+    /// `productTypes` (product id -> Apple's signed `type`) says what each product is, as Apple
+    /// signs it; a product it does not name is signed a subscription when it expires, else a
+    /// non-consumable.
+    static func chains(fromReceipts blobs: [String], disagreements: [String: [String: Any]], productTypes: [String: String] = [:]) throws
+        -> [String: SimulatedAPIChain]
+    {
         var chains: [String: SimulatedAPIChain] = [:]
         for blob in blobs {
             // A blob that is no synthetic receipt (the demo's malformed one) has no API counterpart.
@@ -265,7 +270,7 @@ extension SimulatedAPIChain {
             let customer = byChain.keys.filter { !$0.isEmpty }.sorted().first
             for (original, items) in byChain {
                 guard !original.isEmpty else { continue }
-                var transactions = items.map(Self.signedTransaction)
+                var transactions = items.map { Self.signedTransaction($0, productTypes: productTypes) }
                 let renewal = pending.first { ($0["original_transaction_id"]).map { "\($0)" } == original }.map(Self.signedRenewal)
                 if let twist = disagreements[original], let last = transactions.indices.max(by: {
                     (transactions[$0]["purchaseDate"] as? Int64 ?? 0) < (transactions[$1]["purchaseDate"] as? Int64 ?? 0)
@@ -303,7 +308,7 @@ extension SimulatedAPIChain {
     }
 
     /// A verifyReceipt transaction in the Server API's signed names.
-    private static func signedTransaction(_ item: [String: Any]) -> [String: Any] {
+    private static func signedTransaction(_ item: [String: Any], productTypes: [String: String]) -> [String: Any] {
         var signed: [String: Any] = [:]
         for (from, to) in [("transaction_id", "transactionId"), ("original_transaction_id", "originalTransactionId"),
                            ("product_id", "productId"), ("web_order_line_item_id", "webOrderLineItemId"),
@@ -317,7 +322,8 @@ extension SimulatedAPIChain {
         if let reason = milliseconds(item["cancellation_reason"]) { signed["revocationReason"] = reason }
         if let upgraded = item["is_upgraded"] { signed["isUpgraded"] = "\(upgraded)" == "true" }
         signed["quantity"] = milliseconds(item["quantity"]) ?? 1
-        signed["type"] = signed["expiresDate"] != nil ? "Auto-Renewable Subscription" : "Non-Consumable"
+        signed["type"] = (signed["productId"] as? String).flatMap { productTypes[$0] }
+            ?? (signed["expiresDate"] != nil ? "Auto-Renewable Subscription" : "Non-Consumable")
         return signed
     }
 

@@ -123,9 +123,13 @@ struct AccountProcessor: Sendable {
         }
         var corrections: [Correction] = []
         if isVerified {
-            let computed = rules.entitlements(accountId: work.accountId, receipts: verified, union: union, now: now)
-            let plan = diff.corrections(stored: work.stored, computed: computed, now: now,
-                                        cancellationReasons: EntitlementRules.cancellationReasons(union))
+            let decision = rules.decide(accountId: work.accountId, receipts: verified, union: union, now: now)
+            let plan = diff.corrections(stored: work.stored, computed: decision.entitlements, now: now,
+                                        cancellationReasons: EntitlementRules.cancellationReasons(union),
+                                        leftAsStored: Set(decision.leftAsStored.keys))
+            counts.productsLeftAsStored = decision.leftAsStored.keys.sorted().map {
+                "account \(work.accountId), product \($0): \(decision.leftAsStored[$0]!); left as stored (no grant, no revoke)"
+            }
             corrections = plan.corrections
             counts.corrections = plan.corrections.map(\.kind)
             counts.heldRevokes = plan.heldRevokes.count

@@ -69,12 +69,17 @@ struct ServerAPISource: AppleAccountSource {
         var transactions: [String: JWSTransaction] = [:]
         var renewals: [JWSRenewalInfo] = []
         var environment = known ?? .production
+        var environments: [String: AppleEnvironment] = [:]
+        var renewalEnvironments: [String: AppleEnvironment] = [:]
         var covered = Set<String>()
         for original in originals where !covered.contains(original) {
             covered.insert(original)
             let history = await client.transactionHistory(originalTransactionId: original, environment: known)
             note(history, into: &outcome)
-            environment = history.environment
+            // The account's environment is the first history's; each signed transaction and
+            // renewal info keeps its own (its signed one, else the answer's it came in): a
+            // production chain read after a sandbox one stays production.
+            if environments.isEmpty { environment = history.environment }
             var subscription: String?
             switch history.result {
             case .failure(let failure): return .not(result(failure))
@@ -83,6 +88,7 @@ struct ServerAPISource: AppleAccountSource {
                     do {
                         let transaction = try await verifier.verify(jws, as: JWSTransaction.self, environment: .host(history.environment))
                         transactions[transaction.transactionId] = transaction
+                        environments[transaction.transactionId] = transaction.environment ?? history.environment
                         let chain = transaction.originalTransactionId ?? transaction.transactionId
                         covered.insert(chain)
                         if subscription == nil, Self.isAutoRenewable(transaction) { subscription = chain }
@@ -100,7 +106,9 @@ struct ServerAPISource: AppleAccountSource {
                 for last in answer.lastTransactions {
                     guard let signed = last.signedRenewalInfo else { continue }
                     do {
-                        renewals.append(try await verifier.verify(signed, as: JWSRenewalInfo.self, environment: .host(statuses.environment)))
+                        let info = try await verifier.verify(signed, as: JWSRenewalInfo.self, environment: .host(statuses.environment))
+                        renewals.append(info)
+                        if let chain = info.originalTransactionId { renewalEnvironments[chain] = info.environment ?? statuses.environment }
                     } catch {
                         return .not(.failed(status: nil, reason: "a signed renewal info of \(subscription): \(error.reason)"))
                     }
@@ -108,9 +116,12 @@ struct ServerAPISource: AppleAccountSource {
             }
         }
         outcome.environment = environment
-        return .facts(VerifiedFacts(
+        var facts = VerifiedFacts(
             receiptId: nil, signedTransactions: transactions.values.sorted { $0.transactionId < $1.transactionId },
-            renewalInfos: renewals, environment: environment))
+            renewalInfos: renewals, environment: environment)
+        facts.transactionEnvironments = environments.filter { $0.value != environment }
+        facts.renewalEnvironments = renewalEnvironments.filter { $0.value != environment }
+        return .facts(facts)
     }
 
     /// Apple's `type`; a transaction signed without one (2021) is a subscription when it expires.

@@ -1,4 +1,5 @@
 import AppleSimulator
+import AppStoreModels
 import ArgumentParser
 import CivilCalendar
 import Foundation
@@ -372,7 +373,9 @@ extension DemoWorld {
     func writeAPIScenario(accounts: Int, to url: URL) throws {
         let blobs = try (0..<accounts).flatMap { try account($0).receipts.map(\.latestReceipt) }
         func original(_ kind: Kind) -> String { String(2_000_000_000_000 + Self.schedule.firstIndex(of: kind)! * 1000) }
-        var api: [String: Any] = ["from_receipts": blobs]
+        // Apple signs each product's type; the simulator signs the catalog's.
+        let types = Dictionary(uniqueKeysWithValues: Self.catalog.map { ($0.productId, $0.type.signedType.rawValue) })
+        var api: [String: Any] = ["from_receipts": blobs, "product_types": types]
         // The bench profile's world is its own: no staged disagreement or notification.
         if profile == .demo {
             api["disagreements"] = [original(.renewedAgain): ["refund": true], original(.autoRenewOff): ["expires_shift_days": 3]]

@@ -62,13 +62,15 @@ public struct EntitlementDiff: Sendable {
 
     /// The corrections that turn `stored` into `computed` for one account whose receipts all verified.
     /// `cancellationReasons` (by transaction id) lets a refund's reason say Apple's reason code.
+    /// The products in `leftAsStored` (the rules could not type them) are neither granted nor revoked.
     public func corrections(
-        stored: [Entitlement], computed: [Entitlement], now: Date, cancellationReasons: [String: Int] = [:]
+        stored: [Entitlement], computed: [Entitlement], now: Date, cancellationReasons: [String: Int] = [:],
+        leftAsStored: Set<String> = []
     ) -> Plan {
         var plan = Plan(corrections: [], heldRevokes: [])
         let storedByProduct = Dictionary(stored.map { ($0.productId, $0) }, uniquingKeysWith: { first, _ in first })
         let computedProducts = Set(computed.map(\.productId))
-        for after in computed {
+        for after in computed where !leftAsStored.contains(after.productId) {
             let before = storedByProduct[after.productId]
             guard before != after else { continue }
             let kind = Self.kind(before: before, after: after)
@@ -76,14 +78,14 @@ public struct EntitlementDiff: Sendable {
                 accountId: after.accountId, productId: after.productId, kind: kind,
                 reason: Self.reason(kind: kind, before: before, after: after, cancellationReasons: cancellationReasons),
                 before: before, after: after)
-            if kind == .revoke, isWithinExpiryLag(after, now: now) {
+            if kind == .revoke, isWithinExpiryLag(after, before: before, now: now) {
                 plan.heldRevokes.append(correction)
             } else {
                 plan.corrections.append(correction)
             }
         }
         for before in stored.sorted(by: { $0.productId < $1.productId })
-        where !computedProducts.contains(before.productId) && before.entitled {
+        where !computedProducts.contains(before.productId) && !leftAsStored.contains(before.productId) && before.entitled {
             var after = before
             after.state = .expired
             plan.corrections.append(Correction(
@@ -94,10 +96,14 @@ public struct EntitlementDiff: Sendable {
         return plan
     }
 
-    /// Only expiry-driven revokes wait; refunds and upgrades never do.
-    func isWithinExpiryLag(_ after: Entitlement, now: Date) -> Bool {
-        guard after.state == .expired || after.state == .billingRetry, let expires = after.expiresAt else { return false }
-        return expires <= now && now.timeIntervalSince(expires) < expiryLag
+    /// Only expiry-driven revokes wait; refunds and upgrades never do. The end that counts is the
+    /// later of the expiry and the grace period the stored row held: a grace period that ended
+    /// minutes ago is held like an expiry (Apple's renewal can show up late after either).
+    func isWithinExpiryLag(_ after: Entitlement, before: Entitlement? = nil, now: Date) -> Bool {
+        guard after.state == .expired || after.state == .billingRetry else { return false }
+        let ends = [after.expiresAt, after.gracePeriodExpiresAt, before?.gracePeriodExpiresAt].compactMap { $0 }.filter { $0 <= now }
+        guard let end = ends.max() else { return false }
+        return now.timeIntervalSince(end) < expiryLag
     }
 
     static func kind(before: Entitlement?, after: Entitlement) -> Correction.Kind {

@@ -17,15 +17,19 @@ public struct Product: Sendable, Equatable {
     public var entitlement: String?
     public var price: Decimal?
     public var currency: String?
+    /// For non-renewing subscriptions: whether a pass bought while another runs starts when that
+    /// one ends (`iap.products.passes_stack`); by default passes overlap and do not stack.
+    public var passesStack: Bool
 
     public init(productId: String, type: ProductType, duration: CalendarDuration? = nil, entitlement: String? = nil,
-                price: Decimal? = nil, currency: String? = nil) {
+                price: Decimal? = nil, currency: String? = nil, passesStack: Bool = false) {
         self.productId = productId
         self.type = type
         self.duration = duration
         self.entitlement = entitlement
         self.price = price
         self.currency = currency
+        self.passesStack = passesStack
     }
 }
 

@@ -9,7 +9,7 @@ public struct AccountTransaction: Sendable, Equatable {
     public var fromLatestReceiptInfo: Bool
     /// Which of Apple's sources said it.
     public var source: AppleSource = .verifyReceipt
-    /// Its money terms, where signed data gave them.
+    /// Its money terms and its product's type, where signed data gave them.
     public var signed: SignedTerms? = nil
 
     public var originalTransactionId: String { transaction.originalTransactionId ?? transaction.transactionId }
@@ -54,13 +54,18 @@ public struct EntitlementRules: Sendable {
                 || (candidateExpiry == existingExpiry && candidate.transaction.cancellationDate != nil
                     && existing.transaction.cancellationDate == nil) {
                 byId[candidate.transaction.transactionId] = candidate
+            } else if candidateExpiry == existingExpiry, candidate.transaction.cancellationDate == existing.transaction.cancellationDate,
+                      Self.sortKey(candidate) < Self.sortKey(existing) {
+                // Two copies alike in expiry and cancellation (two devices' answers): one fixed
+                // choice, so the order in which the answers came changes nothing.
+                byId[candidate.transaction.transactionId] = candidate
             }
         }
         for receipt in receipts {
             for transaction in receipt.transactions {
                 offer(AccountTransaction(
-                    transaction: transaction, environment: receipt.environment, fromLatestReceiptInfo: true, source: receipt.source,
-                    signed: receipt.signedTerms[transaction.transactionId]))
+                    transaction: transaction, environment: receipt.environment(ofTransaction: transaction.transactionId),
+                    fromLatestReceiptInfo: true, source: receipt.source, signed: receipt.signedTerms[transaction.transactionId]))
             }
             for transaction in receipt.receiptTransactions {
                 offer(AccountTransaction(
@@ -74,6 +79,14 @@ public struct EntitlementRules: Sendable {
         return keys.indices.sorted {
             keys[$0].purchased != keys[$1].purchased ? keys[$0].purchased < keys[$1].purchased : keys[$0].id < keys[$1].id
         }.map { unique[$0] }
+    }
+
+    /// A total order over copies of one transaction, for a choice that does not depend on order.
+    static func sortKey(_ item: AccountTransaction) -> String {
+        let t = item.transaction
+        return [t.productId, t.originalTransactionId ?? "", t.isUpgraded.map { "\($0)" } ?? "", t.cancellationReason.map { "\($0)" } ?? "",
+                t.inAppOwnershipType ?? "", item.environment.rawValue, item.source.rawValue, item.signed?.rawProductType ?? "",
+                t.purchaseDate.map { "\($0.timeIntervalSince1970)" } ?? "", t.webOrderLineItemId ?? ""].joined(separator: "\u{1F}")
     }
 
     /// Apple's `cancellation_reason` of every cancelled transaction, for the reasons in reports.
@@ -90,54 +103,113 @@ public struct EntitlementRules: Sendable {
         return reasons
     }
 
-    /// The product's type: the catalog's, else auto-renewable when any of its transactions has
-    /// an expiry, else non-consumable.
-    public func productType(_ productId: String, transactions: [AccountTransaction]) -> ProductType {
+    /// The product's type: Apple's signed `type` where a transaction carries one (Apple knows what
+    /// it sold), else the catalog's, else auto-renewable when a transaction has an expiry (Apple
+    /// dates only subscriptions that way); nil when nothing says: such a product is left as stored.
+    public func productType(_ productId: String, transactions: [AccountTransaction]) -> ProductType? {
+        if let signed = transactions.lazy.compactMap({ $0.signed?.productType }).min(by: { $0.rawValue < $1.rawValue }) {
+            return signed
+        }
         if let product = catalog[productId] { return product.type }
-        return transactions.contains { $0.transaction.expiresDate != nil } ? .autoRenewable : .nonConsumable
+        return transactions.contains { $0.transaction.expiresDate != nil } ? .autoRenewable : nil
     }
 
     /// The account's entitlements, one per product that grants anything, as of `now`.
     public func entitlements(accountId: String, receipts: [VerifiedFacts], now: Date) -> [Entitlement] {
-        entitlements(accountId: accountId, receipts: receipts, union: Self.union(receipts), now: now)
+        decide(accountId: accountId, receipts: receipts, union: Self.union(receipts), now: now).entitlements
     }
 
     /// The same, given `union(receipts)` already made.
     public func entitlements(accountId: String, receipts: [VerifiedFacts], union: [AccountTransaction], now: Date) -> [Entitlement] {
+        decide(accountId: accountId, receipts: receipts, union: union, now: now).entitlements
+    }
+
+    /// What the rules decided for one account: an entitlement per product they can judge, each
+    /// with the chains that were judged for it, and the products they cannot judge.
+    public struct Decision: Sendable, Equatable {
+        public var entitlements: [Entitlement] = []
+        /// Per product, every chain (or, for passes and one-time purchases, every purchase) as
+        /// judged alone, the deciding one among them (`entitlements` holds it).
+        public var judged: [String: [Entitlement]] = [:]
+        /// Products left as stored, with why: no grant, no revoke (docs/guarantees.md, "Entitlement rules").
+        public var leftAsStored: [String: String] = [:]
+    }
+
+    /// The account's decision (docs/guarantees.md, "Entitlement rules"): each chain judged alone
+    /// with its own renewal entry, then the product's entitlement is the best of its chains.
+    public func decide(accountId: String, receipts: [VerifiedFacts], union: [AccountTransaction], now: Date) -> Decision {
         let transactions = union.filter { sandboxPolicy == .allow || $0.environment != .sandbox }
-        var renewals: [String: PendingRenewalInfo] = [:]
-        for receipt in receipts where sandboxPolicy == .allow || receipt.environment != .sandbox {
-            for info in receipt.renewals {
-                if let original = info.originalTransactionId { renewals[original] = info }
+        var renewals: [PendingRenewalInfo] = []
+        for receipt in receipts {
+            for info in receipt.renewals where sandboxPolicy == .allow || receipt.environment(of: info) != .sandbox {
+                renewals.append(info)
             }
         }
         let byProduct = Dictionary(grouping: transactions, by: \.transaction.productId)
-        // Signed data names each transaction's type: a consumable the catalog lacks grants nothing.
-        let signedConsumables = Set(receipts.flatMap(\.consumableProducts))
-        var result: [Entitlement] = []
+        var decision = Decision()
         for productId in byProduct.keys.sorted() {
             let productTransactions = byProduct[productId]!
-            let type = catalog[productId] == nil && signedConsumables.contains(productId)
-                ? .consumable : productType(productId, transactions: productTransactions)
-            let entitlement: Entitlement? = switch type {
-            case .autoRenewable:
-                autoRenewable(accountId, productId, productTransactions, renewals: renewals, receipts: receipts, now: now)
-            case .nonConsumable:
-                nonConsumable(accountId, productId, productTransactions)
-            case .nonRenewing:
-                nonRenewing(accountId, productId, productTransactions, now: now)
-            case .consumable:
-                nil  // ledger only
+            let judged: [Entitlement]
+            switch productType(productId, transactions: productTransactions) {
+            case .autoRenewable?:
+                judged = Dictionary(grouping: productTransactions, by: \.originalTransactionId).keys.sorted().map { chain in
+                    autoRenewableChain(accountId, productId, productTransactions.filter { $0.originalTransactionId == chain },
+                                       renewal: Self.renewal(chain: chain, productId: productId, in: renewals), now: now)
+                }
+            case .nonConsumable?:
+                judged = productTransactions.map { nonConsumablePurchase(accountId, productId, $0) }
+            case .nonRenewing?:
+                guard let duration = catalog[productId]?.duration else {
+                    decision.leftAsStored[productId] = "a non-renewing subscription the catalog gives no duration: its expiry is unknown"
+                    continue
+                }
+                let passes = nonRenewingPurchases(accountId, productId, productTransactions, duration: duration,
+                                                  stacking: catalog[productId]?.passesStack ?? false, now: now)
+                judged = passes  // each pass judged alone: the best of them decides
+            case .consumable?:
+                continue  // ledger only
+            case nil:
+                decision.leftAsStored[productId] = "neither the catalog nor Apple's signed type says what this product is"
+                continue
             }
-            if let entitlement { result.append(entitlement) }
+            let purchased = Dictionary(productTransactions.map { ($0.transaction.transactionId, $0.transaction.purchaseDate ?? .distantPast) },
+                                       uniquingKeysWith: { first, _ in first })
+            guard let best = judged.max(by: { Self.isWorse($0, $1, purchased: purchased) }) else { continue }
+            decision.entitlements.append(best)
+            decision.judged[productId] = judged
         }
-        return result
+        return decision
     }
 
-    /// The current transaction is the one with the greatest expiry, never the array's first or last.
-    func autoRenewable(
-        _ accountId: String, _ productId: String, _ transactions: [AccountTransaction],
-        renewals: [String: PendingRenewalInfo], receipts: [VerifiedFacts], now: Date
+    /// Orders two judgements of one product: entitled beats not, then active > grace period >
+    /// billing retry > the rest, then the later expiry (no expiry is later than any), then the
+    /// later grace end, then the later purchase, then a fixed order by transaction id, so no input
+    /// order changes the pick.
+    static func isWorse(_ left: Entitlement, _ right: Entitlement, purchased: [String: Date]) -> Bool {
+        func rank(_ state: EntitlementState) -> Int {
+            switch state {
+            case .active: 3
+            case .gracePeriod: 2
+            case .billingRetry: 1
+            case .expired, .refunded, .upgraded: 0
+            }
+        }
+        if rank(left.state) != rank(right.state) { return rank(left.state) < rank(right.state) }
+        let (leftEnd, rightEnd) = (left.expiresAt ?? .distantFuture, right.expiresAt ?? .distantFuture)
+        if leftEnd != rightEnd { return leftEnd < rightEnd }
+        let (leftGrace, rightGrace) = (left.gracePeriodExpiresAt ?? .distantPast, right.gracePeriodExpiresAt ?? .distantPast)
+        if leftGrace != rightGrace { return leftGrace < rightGrace }
+        let leftPurchase = left.latestTransactionId.flatMap { purchased[$0] } ?? .distantPast
+        let rightPurchase = right.latestTransactionId.flatMap { purchased[$0] } ?? .distantPast
+        if leftPurchase != rightPurchase { return leftPurchase < rightPurchase }
+        return (left.latestTransactionId ?? "", left.originalTransactionId) > (right.latestTransactionId ?? "", right.originalTransactionId)
+    }
+
+    /// One chain of an auto-renewable product, alone: its current transaction is the one with the
+    /// greatest expiry (never the array's first or last); `is_upgraded` ends it whether or not a
+    /// cancellation date comes with it.
+    func autoRenewableChain(
+        _ accountId: String, _ productId: String, _ transactions: [AccountTransaction], renewal: PendingRenewalInfo?, now: Date
     ) -> Entitlement {
         let current = transactions.max { left, right in
             let leftExpiry = left.transaction.expiresDate ?? .distantPast
@@ -149,21 +221,16 @@ public struct EntitlementRules: Sendable {
             return left.transaction.transactionId < right.transaction.transactionId
         }!
         let transaction = current.transaction
-        // The renewal info of the current chain; answers that omit original_transaction_id
-        // (seen in real ones) are matched by product when the account has just one such entry.
-        let renewal = renewals[current.originalTransactionId] ?? Self.unkeyedRenewal(for: productId, in: receipts)
         var entitlement = Entitlement(
             accountId: accountId, productId: productId, originalTransactionId: current.originalTransactionId,
             latestTransactionId: transaction.transactionId, state: .expired, expiresAt: transaction.expiresDate,
             autoRenew: renewal?.autoRenewStatus, autoRenewProductId: renewal?.autoRenewProductId,
             environment: current.environment.rawValue, ownershipType: transaction.inAppOwnershipType)
-        if let cancelled = transaction.cancellationDate {
-            if transaction.isUpgraded == true {
-                entitlement.state = .upgraded
-            } else {
-                entitlement.state = .refunded
-                entitlement.refundedAt = cancelled
-            }
+        if transaction.isUpgraded == true {
+            entitlement.state = .upgraded
+        } else if let cancelled = transaction.cancellationDate {
+            entitlement.state = .refunded
+            entitlement.refundedAt = cancelled
         } else if let expires = transaction.expiresDate, expires > now {
             entitlement.state = .active
         } else if let grace = renewal?.gracePeriodExpiresDate, grace > now {
@@ -177,49 +244,84 @@ public struct EntitlementRules: Sendable {
         return entitlement
     }
 
-    static func unkeyedRenewal(for productId: String, in receipts: [VerifiedFacts]) -> PendingRenewalInfo? {
-        let unkeyed = receipts.flatMap(\.renewals).filter {
-            $0.originalTransactionId == nil && ($0.productId == productId || $0.autoRenewProductId == productId)
-        }
-        return unkeyed.count == 1 ? unkeyed[0] : nil
+    /// The renewal entry of one chain for one product: the chain's own (`original_transaction_id`),
+    /// else one without that key matched by product; an entry decides only for the product it
+    /// renews (`product_id`/`auto_renew_product_id`), never for one the customer left by an upgrade
+    /// or a downgrade. Identical copies (two receipts' answers) are one; of different ones, the one
+    /// that keeps access longest, so neither their order nor a stale copy revokes anyone.
+    static func renewal(chain: String, productId: String, in renewals: [PendingRenewalInfo]) -> PendingRenewalInfo? {
+        func key(_ info: PendingRenewalInfo) -> String? { info.originalTransactionId.flatMap { $0.isEmpty ? nil : $0 } }
+        func names(_ info: PendingRenewalInfo) -> Bool { info.productId == productId || info.autoRenewProductId == productId }
+        // The chain's own entry without a `product_id` is about the chain's current product.
+        let own = renewals.filter { key($0) == chain && ($0.productId == nil || names($0)) }
+        let candidates = own.isEmpty ? renewals.filter { key($0) == nil && names($0) } : own
+        return candidates.max { favour($0) < favour($1) }
     }
 
-    /// Active with no expiry while any purchase stands; refunded when every purchase was cancelled.
-    func nonConsumable(_ accountId: String, _ productId: String, _ transactions: [AccountTransaction]) -> Entitlement {
-        let standing = transactions.filter { $0.transaction.cancellationDate == nil }
-        if let purchase = standing.last {  // transactions are sorted by purchase date
-            return Entitlement(
-                accountId: accountId, productId: productId, originalTransactionId: purchase.originalTransactionId,
-                latestTransactionId: purchase.transaction.transactionId, state: .active,
-                environment: purchase.environment.rawValue, ownershipType: purchase.transaction.inAppOwnershipType)
-        }
-        let refunded = transactions.max { ($0.transaction.cancellationDate ?? .distantPast) < ($1.transaction.cancellationDate ?? .distantPast) }!
-        return Entitlement(
-            accountId: accountId, productId: productId, originalTransactionId: refunded.originalTransactionId,
-            latestTransactionId: refunded.transaction.transactionId, state: .refunded,
-            environment: refunded.environment.rawValue, ownershipType: refunded.transaction.inAppOwnershipType,
-            refundedAt: refunded.transaction.cancellationDate)
+    /// How long an entry keeps access, then a fixed order over every field.
+    static func favour(_ info: PendingRenewalInfo) -> RenewalOrder {
+        RenewalOrder(
+            grace: info.gracePeriodExpiresDate ?? .distantPast, retrying: info.isInBillingRetryPeriod == true,
+            text: [info.autoRenewStatus.map { "\($0)" } ?? "", info.autoRenewProductId ?? "", info.productId ?? "",
+                   info.expirationIntent.map { "\($0)" } ?? "", info.priceConsentStatus.map { "\($0)" } ?? "",
+                   info.originalTransactionId ?? ""].joined(separator: "\u{1F}"))
     }
 
-    /// Expiry = purchase date + the catalog's duration; the purchase that lasts longest is current.
-    func nonRenewing(_ accountId: String, _ productId: String, _ transactions: [AccountTransaction], now: Date) -> Entitlement {
-        guard let duration = catalog[productId]?.duration else {
-            return nonConsumable(accountId, productId, transactions)
+    struct RenewalOrder: Comparable {
+        var grace: Date
+        var retrying: Bool
+        var text: String
+        static func < (left: Self, right: Self) -> Bool {
+            if left.grace != right.grace { return left.grace < right.grace }
+            if left.retrying != right.retrying { return !left.retrying }
+            return left.text < right.text
         }
-        func expiry(_ item: AccountTransaction) -> Date? {
-            item.transaction.purchaseDate.map { duration.added(to: $0) }
-        }
-        let current = transactions.max { (expiry($0) ?? .distantPast) < (expiry($1) ?? .distantPast) }!
+    }
+
+    /// One purchase of a non-consumable: `active` with no expiry, or `refunded` when cancelled.
+    func nonConsumablePurchase(_ accountId: String, _ productId: String, _ purchase: AccountTransaction) -> Entitlement {
         var entitlement = Entitlement(
-            accountId: accountId, productId: productId, originalTransactionId: current.originalTransactionId,
-            latestTransactionId: current.transaction.transactionId, state: .expired, expiresAt: expiry(current),
-            environment: current.environment.rawValue, ownershipType: current.transaction.inAppOwnershipType)
-        if let cancelled = current.transaction.cancellationDate {
+            accountId: accountId, productId: productId, originalTransactionId: purchase.originalTransactionId,
+            latestTransactionId: purchase.transaction.transactionId, state: .active,
+            environment: purchase.environment.rawValue, ownershipType: purchase.transaction.inAppOwnershipType)
+        if let cancelled = purchase.transaction.cancellationDate {
             entitlement.state = .refunded
             entitlement.refundedAt = cancelled
-        } else if let expires = entitlement.expiresAt, expires > now {
-            entitlement.state = .active
         }
         return entitlement
+    }
+
+    /// Each purchase of a pass, alone: it lasts the catalog's duration from its purchase (or, where
+    /// the catalog says passes stack, from the end of the unrefunded passes bought before it); a
+    /// refunded pass ends nothing but itself.
+    func nonRenewingPurchases(
+        _ accountId: String, _ productId: String, _ transactions: [AccountTransaction], duration: CalendarDuration, stacking: Bool,
+        now: Date
+    ) -> [Entitlement] {
+        var runningEnd = Date.distantPast
+        let ordered = transactions.sorted {
+            ($0.transaction.purchaseDate ?? .distantPast, $0.transaction.transactionId)
+                < ($1.transaction.purchaseDate ?? .distantPast, $1.transaction.transactionId)
+        }
+        return ordered.map { item in
+            var start = item.transaction.purchaseDate
+            if stacking, let purchased = start, item.transaction.cancellationDate == nil {
+                start = max(purchased, runningEnd)
+            }
+            let end = start.map { duration.added(to: $0) }
+            if stacking, item.transaction.cancellationDate == nil, let end { runningEnd = end }
+            var entitlement = Entitlement(
+                accountId: accountId, productId: productId, originalTransactionId: item.originalTransactionId,
+                latestTransactionId: item.transaction.transactionId, state: .expired, expiresAt: end,
+                environment: item.environment.rawValue, ownershipType: item.transaction.inAppOwnershipType)
+            if let cancelled = item.transaction.cancellationDate {
+                entitlement.state = .refunded
+                entitlement.refundedAt = cancelled
+            } else if let end, end > now {
+                // A stacked pass that starts later grants too: the passes before it cover until then.
+                entitlement.state = .active
+            }
+            return entitlement
+        }
     }
 }

@@ -41,11 +41,14 @@ public struct AccountEvidence: Sendable {
         public var environment: AppleEnvironment
         /// Who wrote it last: `verify_receipt`, `notification_v1`, `notification_v2`, `server_api`.
         public var source: String
+        /// Apple's signed `type` of its product, where signed data gave one.
+        public var rawSignedProductType: String?
 
-        public init(transaction: Transaction, environment: AppleEnvironment, source: String) {
+        public init(transaction: Transaction, environment: AppleEnvironment, source: String, rawSignedProductType: String? = nil) {
             self.transaction = transaction
             self.environment = environment
             self.source = source
+            self.rawSignedProductType = rawSignedProductType
         }
     }
 
@@ -151,11 +154,15 @@ public struct AccountEvidence: Sendable {
     /// environment. Every ledger row counts as Apple's current view of its transaction.
     public var facts: [VerifiedFacts] {
         AppleEnvironment.allCases.compactMap { environment in
-            let transactions = ledger.filter { $0.environment == environment }.map(\.transaction)
+            let rows = ledger.filter { $0.environment == environment }
             let renewals = renewals.filter { $0.environment == environment }.map(\.info)
-            guard !transactions.isEmpty || !renewals.isEmpty else { return nil }
-            return VerifiedFacts(receiptId: nil, transactions: transactions, renewals: renewals, environment: environment,
-                                 source: .verifyReceipt)
+            guard !rows.isEmpty || !renewals.isEmpty else { return nil }
+            var facts = VerifiedFacts(receiptId: nil, transactions: rows.map(\.transaction), renewals: renewals, environment: environment,
+                                      source: .verifyReceipt)
+            for row in rows where row.rawSignedProductType != nil {
+                facts.signedTerms[row.transaction.transactionId] = SignedTerms(rawProductType: row.rawSignedProductType)
+            }
+            return facts
         }
     }
 }
@@ -230,9 +237,11 @@ public enum Explanation {
         let standing = AccountStanding(receipts: evidence.receipts)
         let facts = evidence.facts
         let union = EntitlementRules.union(facts)
-        let decided = rules.entitlements(accountId: evidence.accountId, receipts: facts, union: union, now: now)
+        let decision = rules.decide(accountId: evidence.accountId, receipts: facts, union: union, now: now)
+        let decided = decision.entitlements
         let plan = diff.corrections(stored: evidence.entitlements, computed: decided, now: now,
-                                    cancellationReasons: EntitlementRules.cancellationReasons(union))
+                                    cancellationReasons: EntitlementRules.cancellationReasons(union),
+                                    leftAsStored: Set(decision.leftAsStored.keys))
         let products = Set(evidence.ledger.map(\.transaction.productId)).union(evidence.entitlements.map(\.productId))
         return products.sorted().map { productId in
             let transactions = union.filter { $0.transaction.productId == productId }
@@ -243,6 +252,12 @@ public enum Explanation {
             let entitlement = decided.first { $0.productId == productId }
             let held = standing.allowsCorrections ? plan.heldRevokes.first { $0.productId == productId } : nil
             var why = reasons(entitlement, type: type, transactions: considered, renewals: facts.flatMap(\.renewals), now: now)
+            if let judged = decision.judged[productId], judged.count > 1, let entitlement {
+                why.insert(contentsOf: chainLines(judged, deciding: entitlement, type: type), at: 0)
+            }
+            if let unjudged = decision.leftAsStored[productId] {
+                why = ["\(unjudged): left as stored, no grant and no revoke (add the product to iap.products)"]
+            }
             if transactions.isEmpty, !standing.allowsCorrections, type != .consumable {
                 why = ["no transaction of this product is stored: the account's receipts have not all verified, so nothing is known yet"]
             }
@@ -260,13 +275,15 @@ public enum Explanation {
         }
     }
 
-    /// The catalog's type; else the rules' guess from the transactions; else, with none stored,
-    /// from the stored row (an expiry means a subscription): never `non_consumable` for a row that expires.
+    /// Apple's signed type, else the catalog's; else the rules' guess from the transactions; else,
+    /// with none stored, from the stored row (an expiry means a subscription): never
+    /// `non_consumable` for a row that expires.
     static func productType(_ productId: String, transactions: [AccountTransaction], stored: Entitlement?,
                             rules: EntitlementRules) -> (ProductType, String) {
-        if rules.catalog[productId] != nil { return (rules.productType(productId, transactions: transactions), "catalog") }
-        if !transactions.isEmpty { return (rules.productType(productId, transactions: transactions), "guessed from the transactions") }
-        guard let stored else { return (.nonConsumable, "guessed: nothing is stored") }
+        if let signed = transactions.lazy.compactMap({ $0.signed?.productType }).first { return (signed, "Apple's signed type") }
+        if let product = rules.catalog[productId] { return (product.type, "catalog") }
+        if let guessed = rules.productType(productId, transactions: transactions) { return (guessed, "guessed from the transactions") }
+        guard let stored else { return (.nonConsumable, "unknown: nothing is stored") }
         return (stored.expiresAt != nil ? .autoRenewable : .nonConsumable, "guessed from the stored row (no transaction is stored)")
     }
 
@@ -316,62 +333,5 @@ public enum Explanation {
         case .expired:
             return Verdict(hasAccess: false, text: "NO ACCESS since \(at(stored.expiresAt)) (expired\(intent))")
         }
-    }
-
-    /// The rule behind a decision, in the words of docs/guarantees.md, "Entitlement rules".
-    static func reasons(_ entitlement: Entitlement?, type: ProductType, transactions: [AccountTransaction],
-                        renewals: [PendingRenewalInfo], now: Date) -> [String] {
-        func time(_ date: Date?) -> String { date.map { Timestamp.format($0) } ?? "never" }
-        guard let entitlement else {
-            if type == .consumable { return ["consumable: the ledger only, never an entitlement"] }
-            return ["no stored transaction of this product: nothing supports an entitlement"]
-        }
-        let chosen = transactions.first { $0.transaction.transactionId == entitlement.latestTransactionId }?.transaction
-        let chains = Set(transactions.map(\.originalTransactionId)).count
-        var lines: [String] = []
-        switch type {
-        case .autoRenewable:
-            lines.append("current transaction \(entitlement.latestTransactionId ?? "?"): the greatest expires_date of the product's "
-                         + "\(transactions.count) transaction(s) in \(chains) chain(s)")
-        case .nonConsumable:
-            lines.append(entitlement.state == .refunded
-                ? "every purchase was cancelled; the latest cancellation is \(entitlement.latestTransactionId ?? "?")"
-                : "purchase \(entitlement.latestTransactionId ?? "?"): the latest one that stands (not cancelled)")
-        case .nonRenewing:
-            lines.append("purchase \(entitlement.latestTransactionId ?? "?"): purchase date + the catalog's duration lasts longest")
-        case .consumable:
-            break
-        }
-        let renewal = renewals.first { $0.originalTransactionId == entitlement.originalTransactionId }
-        switch entitlement.state {
-        case .active:
-            lines.append(entitlement.expiresAt.map { "expires \(time($0)), after \(time(now)): active" } ?? "no expiry: active")
-        case .gracePeriod:
-            lines.append("expired \(time(entitlement.expiresAt)); the renewal info gives a billing grace period until "
-                         + "\(time(entitlement.gracePeriodExpiresAt)): still entitled")
-        case .billingRetry:
-            lines.append("expired \(time(entitlement.expiresAt)); Apple is still trying to bill (is_in_billing_retry_period): not entitled")
-        case .expired:
-            let renewalNote = renewal == nil ? "no renewal info is stored for chain \(entitlement.originalTransactionId)"
-                : "the renewal info gives no grace period in force and no billing retry"
-                    + (renewal?.expirationIntent.map { " (expiration intent \($0): \(AppleCodes.expirationIntent($0)))" } ?? "")
-            lines.append("expired \(time(entitlement.expiresAt)); \(renewalNote)")
-        case .refunded:
-            let reason = chosen?.cancellationReason.map { " (reason \($0): \(AppleCodes.cancellationReason($0)))" } ?? ""
-            lines.append("cancelled \(time(entitlement.refundedAt))\(reason), not an upgrade: refunded")
-        case .upgraded:
-            lines.append("cancelled \(time(chosen?.cancellationDate)) by an upgrade (is_upgraded): the customer moved to a higher product")
-        }
-        if let renewal, entitlement.state != .refunded {
-            let autoRenew = renewal.autoRenewStatus.map { $0 ? "on" : "off" } ?? "unknown"
-            lines.append("auto-renew \(autoRenew)" + (renewal.autoRenewProductId.map { ", next product \($0)" } ?? ""))
-        }
-        if entitlement.environment == AppleEnvironment.sandbox.rawValue {
-            lines.append("granted from the sandbox (App Review and testers; --sandbox allow)")
-        }
-        if entitlement.ownershipType == "FAMILY_SHARED" {
-            lines.append("family sharing: the purchase belongs to a family member")
-        }
-        return lines
     }
 }

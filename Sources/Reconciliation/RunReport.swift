@@ -69,6 +69,9 @@ public enum RunReport {
         }
         if !summary.consumptionRequests.isEmpty { lines.append("  consumption requests: \(summary.consumptionRequests.count)") }
         if !summary.bundleMismatches.isEmpty { lines.append("  receipts of another app: \(summary.bundleMismatches.count) (see the report)") }
+        if let untyped = summary.productsLeftAsStored, !untyped.isEmpty {
+            lines.append("  products left as stored (no type known: add them to iap.products): \(untyped.count) (see the report)")
+        }
         if let skipped = summary.accountsNotCrossChecked, skipped > 0 {
             lines.append("  not cross-checked (the other source failed): \(skipped)")
         }
@@ -201,6 +204,10 @@ public enum RunReport {
         if !summary.bundleMismatches.isEmpty {
             text += "\n## Receipts of another app (a fraud signal; Apple still decides)\n\n"
             text += list(summary.bundleMismatches)
+        }
+        if let untyped = summary.productsLeftAsStored, !untyped.isEmpty {
+            text += "\n## Products left as stored (the catalog and Apple's signed data say nothing of their type; add them to iap.products)\n\n"
+            text += list(untyped)
         }
         if summary.receiptsNotDecodedLocally > 0 {
             text += "\n\(summary.receiptsNotDecodedLocally) receipt(s) could not be decoded locally (not PKCS#7); they were verified with Apple all the same.\n"

@@ -122,6 +122,10 @@ public struct RunSummary: Sendable, Codable, Equatable {
 
     /// Receipts of another app (`foreign_bundle`: a fraud signal), listed.
     public var bundleMismatches: [String] = []
+    /// Products the rules could not judge (neither the catalog nor Apple's signed type says what
+    /// they are, or a pass without a duration), left as stored, as `account A, product P: why`.
+    /// Optional only so that older summaries still decode.
+    public var productsLeftAsStored: [String]?
     /// Receipts the local decode could not read (still verified with Apple).
     public var receiptsNotDecodedLocally = 0
     /// `--source both`: disagreements between verifyReceipt and the Server API, by kind, and the
@@ -165,6 +169,9 @@ public struct RunSummary: Sendable, Codable, Equatable {
         heldRevokes += account.heldRevokes
         sandboxGrants += account.sandboxGrants
         for mismatch in account.bundleMismatches where bundleMismatches.count < 1_000 { bundleMismatches.append(mismatch) }
+        for line in account.productsLeftAsStored where (productsLeftAsStored?.count ?? 0) < 1_000 {
+            productsLeftAsStored = (productsLeftAsStored ?? []) + [line]
+        }
         receiptsNotDecodedLocally += account.receiptsNotDecodedLocally
         latestReceiptsStored += account.latestReceiptsStored
         latestReceiptsIgnored += account.latestReceiptsIgnored
@@ -213,6 +220,8 @@ public struct AccountOutcomeCounts: Sendable {
     public var latestReceiptsStored = 0
     public var latestReceiptsIgnored = 0
     public var bundleMismatches: [String] = []
+    /// Products the rules could not judge, left as stored (`RunSummary.productsLeftAsStored`).
+    public var productsLeftAsStored: [String] = []
     public var receiptsNotDecodedLocally = 0
     /// Where the two sources disagreed about the account (`--source both`).
     public var disagreements: [Disagreement] = []

@@ -54,7 +54,6 @@ public enum SourceComparison {
             case (nil, let only?):
                 let product = only.transaction.productId
                 let consumable = rules.productType(product, transactions: [only]) == .consumable
-                    || serverAPI.contains { $0.consumableProducts.contains(product) }
                 guard !consumable else { continue }
                 found.append(Disagreement(accountId: accountId, kind: .onlyInServerAPI, productId: only.transaction.productId,
                                           transactionId: id, verifyReceipt: nil, serverAPI: time(only.transaction.purchaseDate)))

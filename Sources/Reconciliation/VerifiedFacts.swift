@@ -37,11 +37,27 @@ public struct VerifiedFacts: Sendable {
     /// Where the facts were verified: their transactions carry this environment.
     public var environment: AppleEnvironment
     public var source: AppleSource
-    /// Each transaction's own price, by transaction id, where signed data gave one.
-    /// What signed transactions say of their money, by transaction id.
+    /// What signed transactions say of their money and their product's type, by transaction id.
     public var signedTerms: [String: SignedTerms] = [:]
+    /// Each signed transaction's own environment, by transaction id, where it differs from
+    /// `environment`: one Server API answer can hold a sandbox chain beside a production one, and
+    /// each keeps its own (docs/guarantees.md, "Entitlement rules").
+    public var transactionEnvironments: [String: AppleEnvironment] = [:]
+    /// Each signed renewal info's own environment, by original transaction id, likewise.
+    public var renewalEnvironments: [String: AppleEnvironment] = [:]
+
     /// Products signed data says are consumables (`type`), which verifyReceipt drops once finished.
-    public var consumableProducts: Set<String> = []
+    public var consumableProducts: Set<String> {
+        Set(transactions.filter { signedTerms[$0.transactionId]?.productType == .consumable }.map(\.productId))
+    }
+
+    /// A transaction's environment: its own signed one, else the facts'.
+    public func environment(ofTransaction id: String) -> AppleEnvironment { transactionEnvironments[id] ?? environment }
+
+    /// A renewal entry's environment: its own signed one, else the facts'.
+    public func environment(of renewal: PendingRenewalInfo) -> AppleEnvironment {
+        renewal.originalTransactionId.flatMap { renewalEnvironments[$0] } ?? environment
+    }
 
     public init(
         receiptId: Int64?, transactions: [Transaction], receiptTransactions: [Transaction] = [], renewals: [PendingRenewalInfo],
@@ -71,8 +87,13 @@ extension VerifiedFacts {
             receiptId: receiptId, transactions: signedTransactions.map(\.ledgerTransaction),
             renewals: renewalInfos.map(\.pendingRenewalInfo), environment: environment, source: .serverAPI)
         for transaction in signedTransactions {
-            if transaction.type == .consumable { consumableProducts.insert(transaction.productId) }
             signedTerms[transaction.transactionId] = transaction.signedTerms
+            if let own = transaction.environment, own != environment { transactionEnvironments[transaction.transactionId] = own }
+        }
+        for info in renewalInfos {
+            if let original = info.originalTransactionId, let own = info.environment, own != environment {
+                renewalEnvironments[original] = own
+            }
         }
     }
 }
@@ -92,9 +113,11 @@ public struct SignedTerms: Sendable, Equatable {
     /// Apple's three-letter storefront.
     public var storefront: String?
     public var appTransactionId: String?
+    /// Apple's signed `type` of the product (`Auto-Renewable Subscription`, `Non-Consumable`, ...), as written.
+    public var rawProductType: String?
 
     public init(price: Price? = nil, rawRevocationType: String? = nil, revocationPercentage: Int? = nil, rawOfferDiscountType: String? = nil,
-                offerPeriod: String? = nil, storefront: String? = nil, appTransactionId: String? = nil) {
+                offerPeriod: String? = nil, storefront: String? = nil, appTransactionId: String? = nil, rawProductType: String? = nil) {
         self.price = price
         self.rawRevocationType = rawRevocationType
         self.revocationPercentage = revocationPercentage
@@ -102,9 +125,27 @@ public struct SignedTerms: Sendable, Equatable {
         self.offerPeriod = offerPeriod
         self.storefront = storefront
         self.appTransactionId = appTransactionId
+        self.rawProductType = rawProductType
     }
 
     public var revocationType: RevocationType? { rawRevocationType.flatMap(RevocationType.init(rawValue:)) }
+
+    /// Apple's signed type in the catalog's terms; nil when unsigned or a type this program does not know.
+    public var productType: ProductType? {
+        rawProductType.flatMap(SignedProductType.init(rawValue:)).flatMap { signed in ProductType.allCases.first { $0.signedType == signed } }
+    }
+}
+
+extension ProductType {
+    /// The type as Apple signs it (`JWSTransaction.type`).
+    public var signedType: SignedProductType {
+        switch self {
+        case .autoRenewable: .autoRenewable
+        case .nonConsumable: .nonConsumable
+        case .consumable: .consumable
+        case .nonRenewing: .nonRenewing
+        }
+    }
 }
 
 extension JWSTransaction {
@@ -118,7 +159,8 @@ extension JWSTransaction {
     public var signedTerms: SignedTerms {
         SignedTerms(
             price: signedPrice, rawRevocationType: rawRevocationType, revocationPercentage: revocationPercentage,
-            rawOfferDiscountType: rawOfferDiscountType, offerPeriod: offerPeriod, storefront: storefront, appTransactionId: appTransactionId)
+            rawOfferDiscountType: rawOfferDiscountType, offerPeriod: offerPeriod, storefront: storefront, appTransactionId: appTransactionId,
+            rawProductType: rawType)
     }
 }
 

@@ -57,7 +57,8 @@ public struct EvidenceStore: Sendable {
                         offerCodeRefName: try row.decode("offer_code_ref_name"), promotionalOfferId: try row.decode("promotional_offer_id"),
                         inAppOwnershipType: try row.decode("ownership_type")),
                     environment: AppleEnvironment(appleName: try row.decode("environment", as: String?.self)) ?? .production,
-                    source: try row.decode("source", as: String?.self) ?? LedgerSource.verifyReceipt.rawValue)
+                    source: try row.decode("source", as: String?.self) ?? LedgerSource.verifyReceipt.rawValue,
+                    rawSignedProductType: try row.decode("signed_product_type"))
             }
             evidence.renewals = try await connection.query("""
                 SELECT * FROM iap.renewals WHERE account_id = \(accountId) ORDER BY environment, original_transaction_id, product_id

@@ -150,7 +150,8 @@ extension ReconciliationStore {
                 expires_date, cancellation_date, cancellation_reason, is_upgraded, is_trial_period,
                 is_in_intro_offer_period, quantity, web_order_line_item_id, subscription_group_identifier,
                 offer_code_ref_name, promotional_offer_id, ownership_type, environment, price_milliunits, currency, source,
-                revocation_type, revocation_percentage, offer_discount_type, offer_period, storefront, app_transaction_id)
+                revocation_type, revocation_percentage, offer_discount_type, offer_period, storefront, app_transaction_id,
+                signed_product_type)
             SELECT * FROM unnest(
                 \(PostgresArray(transactions.map(\.transactionId)))::text[],
                 \(PostgresArray(unique.map(\.accountId)))::text[],
@@ -179,7 +180,8 @@ extension ReconciliationStore {
                 \(PostgresArray(signed.map { $0?.rawOfferDiscountType }))::text[],
                 \(PostgresArray(signed.map { $0?.offerPeriod }))::text[],
                 \(PostgresArray(signed.map { $0?.storefront }))::text[],
-                \(PostgresArray(signed.map { $0?.appTransactionId }))::text[])
+                \(PostgresArray(signed.map { $0?.appTransactionId }))::text[],
+                \(PostgresArray(signed.map { $0?.rawProductType }))::text[])
             ON CONFLICT (transaction_id) DO UPDATE SET
                 product_id                    = EXCLUDED.product_id,
                 original_transaction_id       = COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
@@ -207,13 +209,14 @@ extension ReconciliationStore {
                 offer_period                  = COALESCE(EXCLUDED.offer_period, t.offer_period),
                 storefront                    = COALESCE(EXCLUDED.storefront, t.storefront),
                 app_transaction_id            = COALESCE(EXCLUDED.app_transaction_id, t.app_transaction_id),
+                signed_product_type           = COALESCE(EXCLUDED.signed_product_type, t.signed_product_type),
                 updated_at                    = now()
             WHERE (t.product_id, t.original_transaction_id, t.purchase_date, t.original_purchase_date, t.expires_date,
                    t.cancellation_date, t.cancellation_reason, t.is_upgraded, t.is_trial_period,
                    t.is_in_intro_offer_period, t.quantity, t.web_order_line_item_id, t.subscription_group_identifier,
                    t.offer_code_ref_name, t.promotional_offer_id, t.ownership_type, t.environment,
                    t.price_milliunits, t.currency, t.revocation_type, t.revocation_percentage, t.offer_discount_type,
-                   t.offer_period, t.storefront, t.app_transaction_id)
+                   t.offer_period, t.storefront, t.app_transaction_id, t.signed_product_type)
                IS DISTINCT FROM
                   (EXCLUDED.product_id, COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
                    COALESCE(EXCLUDED.purchase_date, t.purchase_date),
@@ -233,7 +236,8 @@ extension ReconciliationStore {
                    COALESCE(EXCLUDED.revocation_type, t.revocation_type),
                    COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage),
                    COALESCE(EXCLUDED.offer_discount_type, t.offer_discount_type), COALESCE(EXCLUDED.offer_period, t.offer_period),
-                   COALESCE(EXCLUDED.storefront, t.storefront), COALESCE(EXCLUDED.app_transaction_id, t.app_transaction_id))
+                   COALESCE(EXCLUDED.storefront, t.storefront), COALESCE(EXCLUDED.app_transaction_id, t.app_transaction_id),
+                   COALESCE(EXCLUDED.signed_product_type, t.signed_product_type))
             RETURNING t.transaction_id, t.xmax = 0 AS inserted, t.cancellation_date IS NOT NULL AS cancelled
             """)
         // `xmax = 0`: the row was inserted, not updated (PostgreSQL's mark of an upsert's insert).

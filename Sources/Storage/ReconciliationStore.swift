@@ -27,14 +27,15 @@ public struct ReconciliationStore: Sendable {
     /// The product catalog (`iap.products`), by product id.
     public func catalog() async throws -> [String: Product] {
         var catalog: [String: Product] = [:]
-        for row in try await connection.query("SELECT product_id, type, duration, entitlement, price, currency FROM iap.products") {
+        for row in try await connection.query("SELECT product_id, type, duration, entitlement, price, currency, passes_stack FROM iap.products") {
             guard let type = ProductType(rawValue: try row.decode("type", as: String.self)) else { continue }
             let duration = try row.decode("duration", as: PostgresInterval?.self).map {
                 CalendarDuration(months: Int($0.months), days: Int($0.days), seconds: Double($0.microseconds) / 1_000_000)
             }
             let product = Product(
                 productId: try row.decode("product_id"), type: type, duration: duration,
-                entitlement: try row.decode("entitlement"), price: try row.decode("price"), currency: try row.decode("currency"))
+                entitlement: try row.decode("entitlement"), price: try row.decode("price"), currency: try row.decode("currency"),
+                passesStack: try row.decode("passes_stack"))
             catalog[product.productId] = product
         }
         return catalog

@@ -109,7 +109,7 @@ public struct LedgerEntry: Sendable {
     /// The meaning of the digest. Raise it whenever the ledger's columns or what the run writes
     /// into them change: every stored digest then differs, and each account's ledger is rewritten
     /// once by its next run.
-    public static let digestVersion = 4  // 3: the renewal state is part of what is written; 4: the signed money terms
+    public static let digestVersion = 5  // 3: the renewal state is part of what is written; 4: the signed money terms; 5: the signed product type
 
     /// FNV-1a (64 bits) over the digest's version, the account's ledger refresh window and every
     /// column the ledger upsert writes, in order: the same rows give the same digest in every
@@ -149,7 +149,7 @@ public struct LedgerEntry: Sendable {
             mix(entry.signed?.price?.milliunits)
             mix(entry.signed?.price?.currency)
             for text in [entry.signed?.rawRevocationType, entry.signed?.rawOfferDiscountType, entry.signed?.offerPeriod,
-                         entry.signed?.storefront, entry.signed?.appTransactionId] {
+                         entry.signed?.storefront, entry.signed?.appTransactionId, entry.signed?.rawProductType] {
                 mix(text)
             }
             mix(entry.signed?.revocationPercentage)
@@ -187,8 +187,8 @@ public struct RenewalEntry: Sendable, Equatable {
         var result: [RenewalEntry] = []
         for fact in facts {
             for info in fact.renewals
-            where seen.insert("\(info.originalTransactionId ?? "")\u{1F}\(info.productId ?? "")\u{1F}\(fact.environment.rawValue)").inserted {
-                result.append(RenewalEntry(accountId: accountId, environment: fact.environment, info: info))
+            where seen.insert("\(info.originalTransactionId ?? "")\u{1F}\(info.productId ?? "")\u{1F}\(fact.environment(of: info).rawValue)").inserted {
+                result.append(RenewalEntry(accountId: accountId, environment: fact.environment(of: info), info: info))
             }
         }
         return result

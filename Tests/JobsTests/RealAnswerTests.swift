@@ -47,6 +47,8 @@ import Testing
 
     @Test func aRunOverRealAnswersLandsWhatTheySay() async throws {
         try await RunWorld.with("real-answers", scenario: try Self.scenario()) { world in
+            // GridDiary's one-time purchases, as its catalog says (nothing types them otherwise).
+            try await world.catalog(["com.sumiapp.GridDiary.pro": .nonConsumable, "com.sumiapp.griddiary.test": .nonConsumable])
             for answer in Self.answers {
                 try await world.connection.execute("""
                     INSERT INTO iap.app_receipts (account_id, bundle_id, latest_receipt)

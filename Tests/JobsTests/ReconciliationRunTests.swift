@@ -52,6 +52,7 @@ import TestSupport
         try await world.addReceipt("buyer", spec: ["generate": ["purchases": [
             ["product_id": "coins", "transaction_id": "801", "purchase_ms": world.nowMs - 2 * world.dayMs]]]])
         try await world.connection.execute("INSERT INTO iap.products (product_id, type) VALUES ('coins', 'consumable')")
+        try await world.catalog(["lifetime": .nonConsumable])
     }
 
     @Test func aRunCorrectsWhatApplesAnswersSayAndNothingElse() async throws {
@@ -308,6 +309,7 @@ import TestSupport
         let scenario: [String: Any] = ["receipts": [blob: ["generate": [
             "bundle_id": "org.getpure.pure-iphone", "purchases": [["product_id": "lifetime", "transaction_id": "42"]]]]]]
         try await RunWorld.with("localdecode", scenario: scenario) { world in
+            try await world.catalog(["lifetime": .nonConsumable])
             try await world.addReceipt("pure", blob)
             var options = world.options()
             options.bundleIds = ["org.getpure.pure-iphone"]

@@ -56,6 +56,7 @@ import TestSupport
             .filter { !$0.isWhitespace }  // decodes locally as org.getpure.pure-iphone
         let scenario: [String: Any] = ["receipts": [otherApp: ["generate": ["purchases": [["product_id": "lifetime", "transaction_id": "42"]]]]]]
         try await RunWorld.with("foreign-bundle", scenario: scenario) { world in
+            try await world.catalog(["lifetime": .nonConsumable])
             // Apple's answer names another bundle: the account's other, good receipt grants nothing either.
             try await world.addReceipt("apple-says-other", spec: ["generate": [
                 "bundle_id": "com.other.app", "purchases": [["product_id": "lifetime", "transaction_id": "20"]]]])

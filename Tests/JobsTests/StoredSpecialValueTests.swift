@@ -11,6 +11,7 @@ import Testing
 @Suite struct StoredSpecialValueTests {
     @Test func anInfiniteStoredExpiryIsReadNotAnErrorThatStopsTheRun() async throws {
         try await RunWorld.with("stored-infinity") { world in
+            try await world.catalog(["lifetime": .nonConsumable])
             try await world.addReceipt("lifer", spec: ["generate": ["purchases": [["product_id": "lifetime", "transaction_id": "1"]]]])
             try await world.addReceipt("other", spec: ["generate": ["purchases": [["product_id": "lifetime", "transaction_id": "2"]]]])
             try await world.connection.execute("""

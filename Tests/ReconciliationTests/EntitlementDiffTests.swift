@@ -97,7 +97,7 @@ import Testing
     @Test func secondPassOverTheSameAnswerChangesNothing() {
         let receipts = [Build.receipt(latest: [Build.tx("1", expires: -20), Build.tx("2", original: "1", purchased: -20, expires: 10)],
                                       inApp: [Build.tx("9", "lifetime")])]
-        let rules = EntitlementRules()
+        let rules = EntitlementRules(catalog: ["lifetime": Product(productId: "lifetime", type: .nonConsumable)])
         let computed = rules.entitlements(accountId: "acct", receipts: receipts, now: Self.now)
         let first = EntitlementDiff().corrections(stored: [], computed: computed, now: Self.now)
         #expect(first.corrections.map(\.kind) == [.grant, .grant])

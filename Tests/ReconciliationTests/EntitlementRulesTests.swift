@@ -119,24 +119,42 @@ enum Build {
     }
 
     @Test func nonConsumableActiveThenRefunded() throws {
-        let bought = Build.entitlements([Build.receipt(inApp: [Build.tx("5", "lifetime")])])
+        let catalog = [Product(productId: "lifetime", type: .nonConsumable)]
+        let bought = Build.entitlements([Build.receipt(inApp: [Build.tx("5", "lifetime")])], catalog: catalog)
         #expect(bought["lifetime"]?.state == .active)
         #expect(bought["lifetime"]?.expiresAt == nil)
-        let refunded = Build.entitlements([Build.receipt(inApp: [Build.tx("5", "lifetime", cancelled: -2, reason: 0)])])
+        let refunded = Build.entitlements([Build.receipt(inApp: [Build.tx("5", "lifetime", cancelled: -2, reason: 0)])], catalog: catalog)
         #expect(refunded["lifetime"]?.state == .refunded)
         #expect(refunded["lifetime"]?.refundedAt == Build.day(-2))
         let rebought = Build.entitlements([Build.receipt(inApp: [
             Build.tx("5", "lifetime", purchased: -30, cancelled: -20), Build.tx("6", "lifetime", purchased: -10),
-        ])])
+        ])], catalog: catalog)
         #expect(rebought["lifetime"]?.state == .active)
         #expect(rebought["lifetime"]?.latestTransactionId == "6")
     }
 
-    @Test func consumablesGrantNothing() {
+    /// A product neither the catalog nor Apple's signed type types is left as stored: never
+    /// lifetime access from a guess (docs/guarantees.md, "Entitlement rules").
+    @Test func consumablesGrantNothingAndAnUntypedProductIsLeftAsStored() throws {
         let catalog = [Product(productId: "coins", type: .consumable)]
         #expect(Build.entitlements([Build.receipt(inApp: [Build.tx("8", "coins")])], catalog: catalog).isEmpty)
-        // Without the catalog a product without expiry counts as non-consumable.
-        #expect(Build.entitlements([Build.receipt(inApp: [Build.tx("8", "coins")])])["coins"]?.state == .active)
+        let receipts = [Build.receipt(inApp: [Build.tx("8", "coins")])]
+        let decision = EntitlementRules().decide(accountId: "acct", receipts: receipts, union: EntitlementRules.union(receipts), now: Build.now)
+        #expect(decision.entitlements.isEmpty)
+        #expect(decision.leftAsStored.keys.sorted() == ["coins"])
+        // Apple's signed type says what it is, and wins over the catalog.
+        var signed = VerifiedFacts(receiptId: nil, transactions: [Build.tx("8", "coins")], renewals: [], environment: .production, source: .serverAPI)
+        signed.signedTerms["8"] = SignedTerms(rawProductType: SignedProductType.nonConsumable.rawValue)
+        #expect(Build.entitlements([signed])["coins"]?.state == .active)
+        #expect(Build.entitlements([signed], catalog: catalog)["coins"]?.state == .active)
+        // A pass the catalog gives no duration is left as stored too.
+        let unjudged = EntitlementRules(catalog: ["coins": Product(productId: "coins", type: .nonRenewing)]).decide(
+            accountId: "acct", receipts: receipts, union: EntitlementRules.union(receipts), now: Build.now)
+        #expect(unjudged.entitlements.isEmpty && unjudged.leftAsStored["coins"] != nil)
+        // And the diff neither grants nor revokes what is left as stored.
+        let stored = Entitlement(accountId: "acct", productId: "coins", originalTransactionId: "8", state: .active)
+        #expect(EntitlementDiff().corrections(stored: [stored], computed: [], now: Build.now, leftAsStored: ["coins"]).corrections.isEmpty)
+        #expect(EntitlementDiff().corrections(stored: [stored], computed: [], now: Build.now).corrections.map(\.kind) == [.revoke])
     }
 
     @Test func nonRenewingExpiresAfterTheCatalogDuration() throws {
@@ -199,7 +217,9 @@ enum Build {
         return VerifiedFacts(receiptId: 1, response: response, environment: AppleEnvironment(appleName: response.environment) ?? .production)
     }
 
-    static func rules() -> EntitlementRules { EntitlementRules() }
+    static func rules() -> EntitlementRules {
+        EntitlementRules(catalog: ["com.sumiapp.GridDiary.pro": Product(productId: "com.sumiapp.GridDiary.pro", type: .nonConsumable)])
+    }
 
     /// 14 periods in `in_app` whose greatest expiry is at index 13 of 15: neither first nor last.
     @Test func linjunpopGreatestExpiryInTheMiddle() throws {

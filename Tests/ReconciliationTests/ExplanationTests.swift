@@ -41,7 +41,7 @@ import TestSupport
 
     static let cases: [Case] = [
         Case(name: "active, agrees", ledger: [ledger("1", purchased: -40, expires: -10), ledger("2", purchased: -10, expires: 20)],
-             stored: .active, state: .active, why: "current transaction 2: the greatest expires_date of the product's 2 transaction(s) in 1 chain(s)"),
+             stored: .active, state: .active, why: "current transaction 2: the greatest expires_date of the 2 transaction(s) of chain 1"),
         Case(name: "refund, stored active", ledger: [ledger("1", purchased: -10, expires: 20, cancelled: -1, reason: 1)],
              stored: .active, state: .refunded, why: "(reason 1: an issue in the app), not an upgrade: refunded", next: .revoke),
         Case(name: "grace", ledger: [ledger("1", purchased: -31, expires: -1)],

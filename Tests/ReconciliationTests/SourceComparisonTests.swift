@@ -13,7 +13,9 @@ import TestSupport
 
     static func serverAPI(_ transactions: [Transaction], consumables: Set<String> = []) -> [VerifiedFacts] {
         var facts = VerifiedFacts(receiptId: nil, transactions: transactions, renewals: [], environment: .production, source: .serverAPI)
-        facts.consumableProducts = consumables
+        for transaction in transactions where consumables.contains(transaction.productId) {
+            facts.signedTerms[transaction.transactionId] = SignedTerms(rawProductType: SignedProductType.consumable.rawValue)
+        }
         return [facts]
     }
 
@@ -57,7 +59,8 @@ import TestSupport
     @Test func aFinishedConsumableOnlyTheAPIListsIsNoDisagreement() {
         let coins = [Build.tx("9", "coins.100", purchased: -3)]
         #expect(Self.kinds([], coins, consumables: ["coins.100"]).isEmpty)
-        // Without knowing it is a consumable, it is one.
-        #expect(Self.kinds([], coins) == [.onlyInServerAPI, .state])
+        // Without knowing it is a consumable, the transaction differs; the entitlement does not,
+        // since a product nothing types is left as stored by both.
+        #expect(Self.kinds([], coins) == [.onlyInServerAPI])
     }
 }

@@ -86,6 +86,17 @@ final class RunWorld: @unchecked Sendable {
         try await addReceipt(account, syntheticReceipt(spec))
     }
 
+    /// Catalog rows (`iap.products`): a product neither the catalog nor Apple's signed data types
+    /// is left as stored (docs/guarantees.md, "Entitlement rules"), so a world that expects a
+    /// one-time purchase granted says what it is, as an adopter does.
+    func catalog(_ products: [String: ProductType]) async throws {
+        for (product, type) in products.sorted(by: { $0.key < $1.key }) {
+            try await connection.execute("""
+                INSERT INTO iap.products (product_id, type) VALUES (\(product), \(type.rawValue)) ON CONFLICT (product_id) DO NOTHING
+                """)
+        }
+    }
+
     func store(_ entitlement: Entitlement) async throws {
         try await connection.execute("""
             INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, latest_transaction_id, state, entitled,
