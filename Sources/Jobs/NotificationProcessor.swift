@@ -150,15 +150,17 @@ struct NotificationProcessor: Sendable {
         return Processed(type: type, label: label, outcome: .applied, account: account)
     }
 
-    /// The account owning one of these original transaction ids, made due now; nil (and the
-    /// notification left for later runs, or given up when too old) when none does.
+    /// The account owning one of these original transaction ids (the ledger's), every holder
+    /// made due now (docs/notifications.md); nil (and the notification left for later runs, or
+    /// given up when too old) when none does.
     private func matchedAccount(_ pending: NotificationStore.Pending, _ ids: [String], _ tx: NotificationWrite) async throws -> String? {
-        guard let account = try await tx.account(owning: ids) else {
+        let holders = try await tx.accounts(owning: ids)
+        guard let account = holders.first else {
             let givenUp = tx.now.timeIntervalSince(pending.receivedAt) > maximumAge.timeInterval
             try await tx.record(.unmatched, processed: givenUp)
             return nil
         }
-        try await tx.requestReverification(accountId: account)
+        for holder in holders { try await tx.requestReverification(accountId: holder) }
         return account
     }
 }

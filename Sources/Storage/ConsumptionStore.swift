@@ -50,7 +50,7 @@ public struct ConsumptionStore: Sendable {
     /// What the app declared and the verified ledger knows for one request.
     public func facts(for request: ConsumptionRequest, now: Date) async throws -> ConsumptionFacts {
         let ids = [request.originalTransactionId, request.transactionId].compactMap { $0 }
-        guard let account = try await NotificationStore(connection: connection).account(owning: ids) else {
+        guard let account = try await NotificationStore(connection: connection).accounts(owning: ids).first else {
             return ConsumptionFacts(accountId: nil)
         }
         let since = now.addingTimeInterval(-ConsumptionRequest.answerWindow)

@@ -136,16 +136,20 @@ public struct NotificationStore: Sendable {
             """).isEmpty
     }
 
-    /// The account whose ledger or entitlements hold one of these original transaction ids.
-    func account(owning originalTransactionIds: [String]) async throws -> String? {
-        guard !originalTransactionIds.isEmpty else { return nil }
+    /// Every account whose ledger or entitlements hold one of these original transaction ids: the
+    /// ledger's first (its row names one account), then the others in account order. One Apple
+    /// ID's purchase can be held by several app accounts (account switching on one device); a
+    /// refund must reach each of them. An account that holds no entitlement row for it has
+    /// nothing a refund could take away: its next verification records the refund all the same.
+    func accounts(owning originalTransactionIds: [String]) async throws -> [String] {
+        guard !originalTransactionIds.isEmpty else { return [] }
         return try await connection.query("""
-            SELECT account_id FROM (
+            SELECT account_id, min(source) AS first_source FROM (
                 SELECT account_id, 0 AS source FROM iap.transactions WHERE original_transaction_id = ANY(\(originalTransactionIds))
                 UNION ALL
                 SELECT account_id, 1 FROM iap.entitlements WHERE original_transaction_id = ANY(\(originalTransactionIds))
-            ) found ORDER BY source, account_id LIMIT 1
-            """).first.map { try $0.decode("account_id") }
+            ) found GROUP BY account_id ORDER BY first_source, account_id
+            """).map { try $0.decode("account_id") }
     }
 
     /// Records an outcome and why; `processed` false leaves it for a later run (unmatched, not given up).
@@ -202,9 +206,9 @@ public struct NotificationWrite {
         try await store.mark(id, outcome: outcome, reason: reason, processed: processed, accountId: accountId, runId: runId, now: now)
     }
 
-    /// The account whose ledger or entitlements hold one of these original transaction ids.
-    public func account(owning originalTransactionIds: [String]) async throws -> String? {
-        try await store.account(owning: originalTransactionIds)
+    /// Every account whose ledger or entitlements hold one of these original transaction ids, the ledger's first.
+    public func accounts(owning originalTransactionIds: [String]) async throws -> [String] {
+        try await store.accounts(owning: originalTransactionIds)
     }
 
     /// Whether another notification with this notificationUUID was applied or recorded already.
