@@ -49,7 +49,7 @@ import TestSupport
             ["backfill", "--all", "--source", "server-api", "--report-dir", directory.appending(path: "r2").path] + roots,
             environment: apiEnvironment)
         #expect(apiRun.status == 0, "\(apiRun.stderr)")
-        #expect(apiRun.stdout.contains("corrections: none"), "\(apiRun.stdout)")
+        #expect(apiRun.stdout.contains("corrections: none"), "\(apiRun.stdout)\((try? String(contentsOf: directory.appending(path: "r2/corrections.csv"), encoding: .utf8)) ?? "")")
         #expect(try await Self.entitlements(connection) == afterVerifyReceipt)
         // And the API really spoke: its rows in the ledger.
         let apiRows = try await connection.query("SELECT count(*) AS n FROM iap.transactions WHERE source = 'server_api'")
