@@ -19,11 +19,13 @@ public final class AppleGateway: Sendable {
     /// - Parameters:
     ///   - concurrency: HTTP requests in flight at once, across all clients.
     ///   - requestsPerSecond: optional ceiling on the request rate, across all clients.
+    ///   - trustedCertificatesFile: CAs to trust instead of the system's (a test's own server).
     public init(
         concurrency: Int = 64, requestsPerSecond: Double? = nil, maximumConnectionsPerHost: Int? = nil,
-        stormGate: StormGate = StormGate(), budget: ServerAPIBudget? = nil
+        stormGate: StormGate = StormGate(), budget: ServerAPIBudget? = nil, trustedCertificatesFile: String? = nil
     ) {
-        http = HTTPClient(configuration: .init(maximumConnectionsPerHost: maximumConnectionsPerHost ?? concurrency))
+        http = HTTPClient(configuration: .init(
+            maximumConnectionsPerHost: maximumConnectionsPerHost ?? concurrency, trustedCertificatesFile: trustedCertificatesFile))
         limiter = ConcurrencyLimiter(limit: concurrency)
         rateLimiter = requestsPerSecond.map { RateLimiter(requestsPerSecond: $0) }
         self.stormGate = stormGate

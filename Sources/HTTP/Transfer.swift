@@ -130,6 +130,8 @@ final class Transfer: @unchecked Sendable {
         case CURLE_WRITE_ERROR where exceededLimit: kind = .responseTooLarge
         case CURLE_RECV_ERROR, CURLE_SEND_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_HTTP2, CURLE_HTTP2_STREAM:
             kind = .connectionLost
+        case CURLE_SSL_CONNECT_ERROR where handshakeWasCut(easy, detail: detail):
+            kind = .connectionLost
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
              CURLE_SSL_CACERT_BADFILE:
             kind = .tls
@@ -137,6 +139,19 @@ final class Transfer: @unchecked Sendable {
         }
         let limitNote = kind == .responseTooLarge ? " (limit \(request.maximumResponseBytes) bytes)" : ""
         finish(.failure(HTTPError(kind: kind, message: message + limitNote, curlCode: Int(code.rawValue))))
+    }
+
+    /// A TLS handshake that failed because the connection was reset or closed under it (a network
+    /// blip, a restarting load balancer) is a lost connection, retried like any reset; a handshake
+    /// the peer refused or whose certificate did not verify stays a final TLS failure. Read on the
+    /// loop thread, with the failing call's errno and error text.
+    private func handshakeWasCut(_ easy: UnsafeMutableRawPointer, detail: String) -> Bool {
+        var osErrno = 0
+        _ = rr_curl_easy_getinfo_long(easy, CURLINFO_OS_ERRNO, &osErrno)
+        if [ECONNRESET, ECONNABORTED, EPIPE].contains(Int32(truncatingIfNeeded: osErrno)) { return true }
+        // OpenSSL's words for a peer gone mid-handshake without an alert (libcurl 7.88 sets no errno for some).
+        let text = detail.lowercased()
+        return ["connection reset", "ssl_error_syscall", "unexpected eof", "broken pipe"].contains { text.contains($0) }
     }
 
     func finish(_ result: Result<HTTPResponse, HTTPError>) {

@@ -10,24 +10,34 @@ import Locking
 
 /// The safety limit, applying, and how the run ended, written everywhere.
 extension ReconciliationRun {
-    /// Checks the safety limit over every account the run counts (each once), then applies the
-    /// planned corrections batch by batch, or applies nothing and ends `aborted`.
+    /// Retires the taken-over corrections this run did not replace, checks the safety limit over
+    /// the accounts the run verified (with its night's other shards), then applies the planned
+    /// corrections batch by batch, or applies nothing and ends `aborted`
+    /// (docs/guarantees.md, "Safety limit").
     func applyWithinSafetyLimit(_ context: RunContext, summary: inout RunSummary) async throws -> Ending {
         let (now, writer, logger) = (context.now, context.writer, context.logger)
         if secretGuard.hasRejected(accountsVerified: summary.accountsVerified) { return .sharedSecretRejected }
         let ending: Ending = stopRequested.withLock { $0 } ? .interrupted : .completed
         guard !options.isDryRun else { return ending }
 
-        let (runId, processed, shard) = (summary.runId, summary.accountsProcessed, options.selection.shard)
-        let planned = try await withDatabaseRetry(logger: logger) { try await writer.plannedRevokes(runId: runId) }
-        let accounts = summary.correctionsAdopted == 0 ? processed : try await withDatabaseRetry(logger: logger) {
-            max(processed, try await writer.accountsCounted(runId: runId, shard: shard))
+        let (runId, shard) = (summary.runId, options.selection.shard)
+        try await ensureLockHeld(logger: logger)
+        if summary.correctionsAdopted > 0 {
+            let retired = try await withDatabaseRetry(logger: logger) { try await writer.retireAdoptedCorrections(runId: runId) }
+            summary.correctionsSuperseded += retired
         }
-        summary.accountsAdopted = accounts - processed
-        let ratio = accounts == 0 ? 0 : Double(planned.revokedAccounts) / Double(accounts)
-        if accounts >= options.revokeRatioMinimumAccounts && ratio > options.maximumRevokeRatio {
-            summary.error = String(format: "%d of %d accounts (%.1f%%) would lose an entitlement, over the --max-revoke-ratio of %.1f%%: nothing was applied; the planned corrections are kept for review",
-                                   planned.revokedAccounts, accounts, ratio * 100, options.maximumRevokeRatio * 100)
+        let planned = try await withDatabaseRetry(logger: logger) { try await writer.plannedRevokes(runId: runId) }
+        let limit = try await revokeRatioCount(
+            RevokeRatioCount(accounts: summary.accountsVerified, revokedAccounts: planned.revokedAccounts), context)
+        summary.revokeRatio = limit
+        if limit.nightAccounts >= options.revokeRatioMinimumAccounts && limit.ratio > options.maximumRevokeRatio {
+            var shards = ""
+            if let shard, let siblings = limit.siblingShards {
+                shards = " (shard \(shard) and \(siblings) other shard\(siblings == 1 ? "" : "s") of its night counted together)"
+            }
+            let percent = { (share: Double) in String(format: "%.1f%%", share * 100) }
+            summary.error = "\(limit.revokedAccounts) of \(limit.accounts) verified accounts (\(percent(limit.ratio)))\(shards) would lose an entitlement, "
+                + "over the --max-revoke-ratio of \(percent(options.maximumRevokeRatio)): nothing was applied; the planned corrections are kept for review"
             logger.error("run.aborted", metadata: ["run.reason": "\(summary.error!)"])
             return .aborted
         }
@@ -44,6 +54,26 @@ extension ReconciliationRun {
             summary.correctionsSuperseded += result.superseded
         }
         return ending
+    }
+
+    /// What the safety limit judges: the accounts this run verified (an account Apple did not
+    /// answer is no evidence of health) and those of them that would lose an entitlement; a shard
+    /// worker adds its night's other shards and counts towards the minimum as the whole night
+    /// (docs/guarantees.md, "Safety limit"). Records the run's own counts for its siblings first.
+    func revokeRatioCount(_ own: RevokeRatioCount, _ context: RunContext) async throws -> RevokeRatioCount {
+        let (runId, now, writer, logger) = (context.runId, context.now, context.writer, context.logger)
+        try await withDatabaseRetry(logger: logger) {
+            try await writer.recordPlanned(runId: runId, accounts: own.accounts, revokedAccounts: own.revokedAccounts, at: Date())
+        }
+        guard let shard = options.selection.shard else { return own }
+        let siblings = try await withDatabaseRetry(logger: logger) { try await writer.siblingShards(runId: runId, shard: shard, now: now) }
+        var night = own
+        night.accounts += siblings.accounts
+        night.revokedAccounts += siblings.revokedAccounts
+        night.siblingShards = siblings.shards
+        // The hash spreads accounts evenly across shards: one shard's accounts times N is its night.
+        night.nightAccounts = max(own.accounts * shard.count, night.accounts)
+        return night
     }
 
     /// Writes how the run ended to its row, its report files, the metrics file and the log. Work

@@ -12,7 +12,8 @@ import Throttling
 /// Before verifying: taking over, notifications and their history, the report files, and a
 /// rolling run's plan.
 extension ReconciliationRun {
-    /// Before verifying: takes over the planned corrections of runs that died, processes the
+    /// Before verifying: takes over the planned corrections of runs that died (their accounts made
+    /// due, to be verified again), processes the
     /// stored notifications, and opens the report files (without a report the run does not start).
     func prepare(_ context: RunContext, summary: inout RunSummary) async throws -> RunReportWriter {
         let (now, writer, logger) = (context.now, context.writer, context.logger)

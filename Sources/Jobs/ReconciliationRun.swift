@@ -20,7 +20,7 @@ import Throttling
 /// The run first plans (receipt statuses, ledger and planned corrections are committed batch by
 /// batch), then applies the planned corrections in batches, each entitlement change together
 /// with its correction. A run killed at any point leaves whole batches only; the next run takes
-/// over the planned corrections and does not verify again what was committed.
+/// over the planned corrections, verifies their accounts again and applies only its own fresh plan.
 public final class ReconciliationRun: Sendable {
     /// How a run ended, for the exit status.
     public enum Ending: Sendable, Equatable {
@@ -175,6 +175,7 @@ struct OptionsRecord: Encodable {
     var sandbox: String
     var expiryLagSeconds: Double
     var maxRevokeRatio: Double
+    var revokeRatioMinimum: Int
     var shard: String?
     var excludeOldTransactions: Bool
 
@@ -187,6 +188,7 @@ struct OptionsRecord: Encodable {
         sandbox = options.sandboxPolicy.rawValue
         expiryLagSeconds = options.expiryLag.timeInterval
         maxRevokeRatio = options.maximumRevokeRatio
+        revokeRatioMinimum = options.revokeRatioMinimumAccounts
         shard = options.shardText
         excludeOldTransactions = options.policy.excludeOldTransactions
     }

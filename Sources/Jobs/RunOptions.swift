@@ -29,9 +29,10 @@ public struct RunOptions: Sendable {
     public var policy = VerificationPolicy()
     public var sandboxPolicy = SandboxPolicy.allow
     public var expiryLag: Duration = .seconds(3600)
-    /// Nothing is applied when more than this share of the run's accounts would lose an entitlement...
+    /// Nothing is applied when more than this share of the accounts the run verified would lose an
+    /// entitlement (a shard's with its night's other shards)...
     public var maximumRevokeRatio = 0.10
-    /// ...over at least this many accounts.
+    /// ...over a night of at least this many verified accounts (docs/guarantees.md, "Safety limit").
     public var revokeRatioMinimumAccounts = 100
     /// Accounts read per page, and per write transaction.
     public var pageSize = 500

@@ -14,11 +14,15 @@ struct SafetyOptions: ParsableArguments {
     @Option(help: "Do not revoke for an expiry that passed less than this long ago (Apple's renewal can show up late).")
     var expiryLag = TimeLength(RunOptions.defaults.expiryLag)
 
-    @Option(help: "Apply nothing (exit 3) when more than this share of the run's accounts would lose an entitlement (over at least 100 accounts).")
+    @Option(help: "Apply nothing (exit 3) when more than this share of the accounts the run verified would lose an entitlement (shards of one night count together; see --revoke-ratio-minimum).")
     var maxRevokeRatio = RunOptions.defaults.maximumRevokeRatio
+
+    @Option(help: "Judge --max-revoke-ratio only over a night of at least this many verified accounts (a shard K/N counts as its whole night).")
+    var revokeRatioMinimum = RunOptions.defaults.revokeRatioMinimumAccounts
 
     func validate() throws {
         guard (0...1).contains(maxRevokeRatio) else { throw ValidationError("--max-revoke-ratio must be between 0 and 1") }
+        guard revokeRatioMinimum >= 1 else { throw ValidationError("--revoke-ratio-minimum must be at least 1") }
     }
 
     func apply(to options: inout RunOptions) {
@@ -26,5 +30,6 @@ struct SafetyOptions: ParsableArguments {
         options.sandboxPolicy = sandbox
         options.expiryLag = expiryLag.duration
         options.maximumRevokeRatio = maxRevokeRatio
+        options.revokeRatioMinimumAccounts = revokeRatioMinimum
     }
 }

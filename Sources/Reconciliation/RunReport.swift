@@ -51,9 +51,14 @@ public enum RunReport {
         if summary.sandboxGrants > 0 { lines.append("  sandbox grants: \(summary.sandboxGrants)") }
         if summary.heldRevokes > 0 { lines.append("  revokes held for the expiry lag: \(summary.heldRevokes)") }
         if summary.correctionsSuperseded > 0 {
-            lines.append("  superseded (entitlement changed meanwhile): \(summary.correctionsSuperseded)")
+            lines.append("  superseded (entitlement changed meanwhile, or a plan taken over and not applied): \(summary.correctionsSuperseded)")
         }
-        if summary.correctionsAdopted > 0 { lines.append("  taken over from interrupted runs: \(summary.correctionsAdopted)") }
+        if summary.correctionsAdopted > 0 {
+            lines.append("  taken over from interrupted runs: \(summary.correctionsAdopted) (their accounts verified again; only fresh plans apply)")
+        }
+        if let limit = summary.revokeRatio, limit.siblingShards != nil {
+            lines.append("  safety limit: \(limit.revokedAccounts) of \(limit.accounts) verified accounts with this night's other shards (\(limit.nightAccounts) for the minimum)")
+        }
         let notifications = summary.notifications.values.reduce(into: [NotificationOutcome: Int]()) { totals, outcomes in
             for (outcome, count) in outcomes { totals[outcome, default: 0] += count }
         }
@@ -131,7 +136,7 @@ public enum RunReport {
         }
         text += """
 
-            - Applied: \(summary.correctionsApplied); superseded (the entitlement changed after planning): \(summary.correctionsSuperseded)
+            - Applied: \(summary.correctionsApplied); superseded (the entitlement changed after planning, or a plan taken over and not applied): \(summary.correctionsSuperseded)
             - Sandbox grants: \(summary.sandboxGrants)
             - Revokes held for the expiry lag: \(summary.heldRevokes)
             - Taken over from interrupted runs: \(summary.correctionsAdopted)

@@ -96,10 +96,17 @@ public struct RunSummary: Sendable, Codable, Equatable {
     /// Grants of sandbox purchases: a line of their own in the report.
     public var sandboxGrants = 0
     public var correctionsApplied = 0
+    /// Corrections of the run marked superseded: an entitlement changed after planning, or a
+    /// correction taken over that this run replaced with its own fresh plan or did not apply
+    /// because it did not verify the account again.
     public var correctionsSuperseded = 0
-    /// Corrections planned by crashed runs and taken over by this one, and the accounts those runs processed.
+    /// Corrections planned by runs that died, failed or aborted, and taken over by this one. Each
+    /// ends superseded (unless this run fails too): only this run's own fresh plan of an account it
+    /// verified again is applied.
     public var correctionsAdopted = 0
-    public var accountsAdopted = 0
+    /// What the safety limit counted, once the run had planned (nil for a dry run, or a summary
+    /// stored before it).
+    public var revokeRatio: RevokeRatioCount?
 
     /// Fresher blobs from Apple stored in place of the old ones, and placeholders ignored.
     public var latestReceiptsStored = 0
@@ -150,6 +157,10 @@ public struct RunSummary: Sendable, Codable, Equatable {
 
     public var totalCorrections: Int { corrections.values.reduce(0, +) }
 
+    /// Corrections of the run still planned: its own and those it took over, less those applied
+    /// or superseded (an aborted run's plan, kept for review).
+    public var correctionsPlanned: Int { totalCorrections + correctionsAdopted - correctionsApplied - correctionsSuperseded }
+
     /// Adds one account's result.
     public mutating func add(_ account: AccountOutcomeCounts) {
         accountsProcessed += 1
@@ -190,6 +201,28 @@ public struct RunSummary: Sendable, Codable, Equatable {
             }
         }
     }
+}
+
+/// What the safety limit judged (docs/guarantees.md, "Safety limit"): verified accounts and those of
+/// them that would lose an entitlement, the run's own or, for a shard worker, with its night's other
+/// shards; and the accounts the minimum is held against.
+public struct RevokeRatioCount: Sendable, Codable, Equatable {
+    public var accounts: Int
+    public var revokedAccounts: Int
+    /// The accounts of the whole night: the run's own unsharded; a shard's `accounts x N`, or its
+    /// night's shards' added up when that is more.
+    public var nightAccounts: Int
+    /// Other shards of the layout counted with this one; nil for an unsharded run.
+    public var siblingShards: Int?
+
+    public init(accounts: Int, revokedAccounts: Int) {
+        self.accounts = accounts
+        self.revokedAccounts = revokedAccounts
+        nightAccounts = accounts
+    }
+
+    /// The share of the verified accounts that would lose an entitlement; 0 with none verified.
+    public var ratio: Double { accounts == 0 ? 0 : Double(revokedAccounts) / Double(accounts) }
 }
 
 /// How one account came out of a run.

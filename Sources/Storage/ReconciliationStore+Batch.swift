@@ -27,7 +27,8 @@ extension ReconciliationStore {
     /// Writes one batch in the caller's transaction (`commit`): receipt statuses, the ledger and
     /// the planned corrections. In a dry run only the planned corrections are written.
     /// `verifiedAccounts` are the batch's accounts whose receipts all verified: their fresh plan
-    /// replaces any older plan this run took over.
+    /// replaces any older plan this run took over (the others' are retired unapplied when planning
+    /// ends: `retireAdoptedCorrections`).
     func writeBatch(
         runId: Int64, startedAt: Date, receipts: [ReceiptUpdate], ledger: [LedgerEntry], corrections: [Correction],
         verifiedAccounts: [String], renewals: RenewalReplacement = RenewalReplacement(), finishedAccounts: [String] = [], isDryRun: Bool
@@ -265,8 +266,8 @@ extension ReconciliationStore {
     func insertPlannedCorrections(runId: Int64, _ corrections: [Correction]) async throws {
         guard !corrections.isEmpty else { return }
         try await connection.execute("""
-            INSERT INTO iap.corrections (run_id, account_id, product_id, kind, reason, before, after, status)
-            SELECT \(runId), * , 'planned' FROM unnest(
+            INSERT INTO iap.corrections (run_id, planned_by_run_id, account_id, product_id, kind, reason, before, after, status)
+            SELECT \(runId), \(runId), * , 'planned' FROM unnest(
                 \(PostgresArray(corrections.map(\.accountId)))::text[],
                 \(PostgresArray(corrections.map(\.productId)))::text[],
                 \(PostgresArray(corrections.map(\.kind.rawValue)))::text[],

@@ -17,10 +17,12 @@ extension ReconciliationStore {
     /// (the caller holds the run lock, and `RunLock` refuses mixed shard layouts, so no live process
     /// owns them): runs left `running` by a process that died are marked `interrupted`; runs
     /// `interrupted`, `aborted` by the safety limit or `failed` hand over their plan, whatever shard
-    /// layout they ran with. An aborted plan is applied only if it passes the limit (after an
-    /// operator raised it, say); a re-verified account's fresh plan supersedes the old one.
-    /// Records the runs taken over (and those they had taken over) in `adopted_from`, so the safety
-    /// limit counts each of their accounts once. Returns how many corrections moved.
+    /// layout they ran with. A correction taken over keeps the run that planned it
+    /// (`planned_by_run_id`), and its account is made due now (`reverify_requested_at`, as a
+    /// notification does), so this run verifies it again: only a fresh plan of a re-verified
+    /// account is ever applied (docs/guarantees.md, "Interruptions, crashes and safety").
+    /// Records the runs taken over (and those they had taken over) in `adopted_from`.
+    /// Returns how many corrections moved.
     public func adoptInterruptedRuns(runId: Int64, shard: Shard?, now: Date) async throws -> Int {
         let (shardIndex, shardCount) = (shard.map(\.index), shard.map(\.count))
         return try await connection.withTransaction { connection in
@@ -35,12 +37,16 @@ extension ReconciliationStore {
                 """)
             let moved = try await connection.query("""
                 WITH moved AS (
-                    UPDATE iap.corrections c SET run_id = \(runId)
+                    UPDATE iap.corrections c SET run_id = \(runId), planned_by_run_id = COALESCE(c.planned_by_run_id, c.run_id)
                     FROM iap.reconciliation_runs r
                     WHERE c.run_id = r.id AND r.id <> \(runId) AND NOT r.dry_run
                       AND r.status IN ('interrupted', 'aborted', 'failed')
                       AND c.status = 'planned' AND iap.in_shard(c.account_id, \(shardIndex), \(shardCount))
-                    RETURNING r.id AS from_run
+                    RETURNING r.id AS from_run, c.account_id
+                ), due AS (
+                    -- An earlier request stands (it is due already); a later one is not this run's to clear.
+                    UPDATE iap.app_receipts SET reverify_requested_at = \(now)
+                    WHERE account_id IN (SELECT account_id FROM moved) AND reverify_requested_at IS NULL
                 )
                 SELECT from_run, count(*) AS corrections FROM moved GROUP BY from_run
                 """)
@@ -58,15 +64,51 @@ extension ReconciliationStore {
         }
     }
 
-    /// The accounts the safety limit counts for this run: those it processed and those of the
-    /// runs whose plans it took over (`adopted_from`) that it did not process again, each once,
-    /// within the run's shard. An account's receipts name the last run that processed it.
-    public func accountsCounted(runId: Int64, shard: Shard?) async throws -> Int {
-        try await connection.query("""
-            SELECT count(DISTINCT account_id) AS accounts FROM iap.app_receipts
-            WHERE last_run_id = ANY(SELECT \(runId) UNION SELECT unnest(adopted_from) FROM iap.reconciliation_runs WHERE id = \(runId))
-              AND iap.in_shard(account_id, \(shard.map(\.index)), \(shard.map(\.count)))
-            """)[0].decode("accounts")
+    /// Marks superseded every correction this run took over that is still planned: its account was
+    /// not verified again in this run (Apple did not answer, or the run did not reach it), so it is
+    /// never applied; the account stays due (its `reverify_requested_at`) and the next run plans it
+    /// afresh. Returns how many of the run's taken-over corrections are superseded in all (those
+    /// replaced by a fresh plan in `writeBatch` too).
+    public func retireAdoptedCorrections(runId: Int64) async throws -> Int {
+        try await connection.execute("""
+            UPDATE iap.corrections SET status = 'superseded'
+            WHERE run_id = \(runId) AND status = 'planned' AND planned_by_run_id <> \(runId)
+            """)
+        return try await connection.query("""
+            SELECT count(*) AS superseded FROM iap.corrections
+            WHERE run_id = \(runId) AND status = 'superseded' AND planned_by_run_id <> \(runId)
+            """)[0].decode("superseded")
+    }
+
+    /// Records that the run finished planning, with the accounts it verified and those of them
+    /// that would lose an entitlement: what its shard siblings count of it (`siblingShards`).
+    public func recordPlanned(runId: Int64, accounts: Int, revokedAccounts: Int, at time: Date) async throws {
+        try await connection.execute("""
+            UPDATE iap.reconciliation_runs
+            SET planned_at = \(time), limit_accounts = \(accounts), limit_revoked_accounts = \(revokedAccounts)
+            WHERE id = \(runId)
+            """)
+    }
+
+    /// The other shards of this run's layout in the same night (docs/guarantees.md, "Safety limit"):
+    /// for each other shard index of `K/N`, its latest run that is not a dry run, started within
+    /// the 24 hours before `now` and finished planning; their verified accounts and those that
+    /// would lose an entitlement, added up.
+    public func siblingShards(runId: Int64, shard: Shard, now: Date) async throws -> ShardSiblings {
+        let rows = try await connection.query("""
+            SELECT count(*) AS shards, coalesce(sum(limit_accounts), 0) AS accounts,
+                   coalesce(sum(limit_revoked_accounts), 0) AS revoked
+            FROM (
+                SELECT DISTINCT ON (split_part(shard, '/', 1)) limit_accounts, limit_revoked_accounts
+                FROM iap.reconciliation_runs
+                WHERE id <> \(runId) AND NOT dry_run AND planned_at IS NOT NULL AND shard IS NOT NULL
+                  AND split_part(shard, '/', 2)::bigint = \(shard.count) AND split_part(shard, '/', 1)::bigint <> \(shard.index)
+                  AND started_at > \(now.addingTimeInterval(-86_400)) AND started_at <= \(now)
+                ORDER BY split_part(shard, '/', 1), started_at DESC, id DESC
+            ) latest
+            """)
+        return ShardSiblings(shards: try rows[0].decode("shards"), accounts: try rows[0].decode("accounts"),
+                             revokedAccounts: try rows[0].decode("revoked"))
     }
 
     /// Counts a batch as committed, in the batch's transaction; false when this batch was
@@ -104,8 +146,8 @@ extension ReconciliationStore {
             """)
     }
 
-    /// Planned corrections of the run (its own and adopted ones): accounts in all, and accounts
-    /// that would lose an entitlement.
+    /// Planned corrections of the run: accounts in all, and accounts that would lose an
+    /// entitlement (after `retireAdoptedCorrections`, the run's own plan only).
     public func plannedRevokes(runId: Int64) async throws -> (accounts: Int, revokedAccounts: Int, corrections: Int) {
         let rows = try await connection.query("""
             SELECT count(DISTINCT account_id) AS accounts,
@@ -158,4 +200,12 @@ extension ReconciliationStore {
         summary.error = try row.decode("error")
         return summary
     }
+}
+
+/// What the other shards of a layout verified and planned in the same night (`siblingShards`).
+public struct ShardSiblings: Sendable, Equatable {
+    /// Shard indexes counted (at most N - 1).
+    public var shards: Int
+    public var accounts: Int
+    public var revokedAccounts: Int
 }

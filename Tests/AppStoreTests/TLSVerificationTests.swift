@@ -1,5 +1,8 @@
+import AppStore
+import AppStoreModels
 import Foundation
 import HTTP
+import Throttling
 import Testing
 import TestSupport
 
@@ -42,5 +45,47 @@ import TestSupport
             return
         }
         #expect(refused.kind == .tls, "\(refused)")
+    }
+
+    /// A verifyReceipt client through `url`, trusting `file`: three attempts, quickly retried.
+    static func verifyReceipt(_ url: String, trusting file: String) -> VerifyReceiptClient {
+        VerifyReceiptClient(
+            endpoints: .init(production: url, sandbox: url), sharedSecret: "secret",
+            policy: VerificationPolicy(maximumAttempts: 3, backoff: Backoff(base: .milliseconds(5), maximum: .milliseconds(10)),
+                                       connectTimeout: .seconds(10), requestTimeout: .seconds(20)),
+            gateway: AppleGateway(concurrency: 1, trustedCertificatesFile: file), logger: .quiet)
+    }
+
+    /// A network blip that resets the connection during the TLS handshake is a lost connection,
+    /// retried like any reset, and the next good answer verifies; a certificate that does not
+    /// verify still fails at once, unretried (docs/guarantees.md, "Reliability: what was tried and what held").
+    @Test func aHandshakeResetIsRetriedAndABadCertificateIsNot() async throws {
+        let answer = #"{"status":0,"environment":"Production","receipt":{"bundle_id":"com.example.app","in_app":[{"transaction_id":"1","original_transaction_id":"1","product_id":"lifetime","purchase_date_ms":"1700000000000","quantity":"1"}]}}"#
+        let server = try TLSServerProcess(answer: answer)
+        defer { server.stop() }
+        // The first two connections are reset as soon as the ClientHello arrives.
+        let relay = try TCPCutter(toHost: "127.0.0.1", port: server.port, resettingFirst: 2)
+        defer { relay.stop() }
+        let url = "https://127.0.0.1:\(relay.port)/verifyReceipt"
+        guard case .failure(let cut) = await Self.post(url, trusting: server.certificateAuthorityFile) else {
+            Issue.record("a reset handshake was answered")
+            return
+        }
+        #expect(cut.curlCode == 35, "\(cut)")  // CURLE_SSL_CONNECT_ERROR
+        #expect(cut.kind == .connectionLost, "\(cut)")
+
+        let client = Self.verifyReceipt(url, trusting: server.certificateAuthorityFile)
+        defer { client.gateway.shutdown() }
+        let retried = await client.verify(receipt: "cmVjZWlwdA==")
+        #expect(retried.receiptOutcome == .verified, "\(retried.result)")
+        #expect(retried.attempts == 2)
+
+        // The same server, its CA not trusted: a final TLS failure after one request.
+        let untrusted = Self.verifyReceipt(server.url, trusting: "/etc/ssl/certs/ca-certificates.crt")
+        defer { untrusted.gateway.shutdown() }
+        let refused = await untrusted.verify(receipt: "cmVjZWlwdA==")
+        #expect(refused.receiptOutcome == .failed, "\(refused.result)")
+        #expect(refused.attempts == 1)
+        #expect(refused.requests == 1)
     }
 }

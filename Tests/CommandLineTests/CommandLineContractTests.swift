@@ -40,6 +40,27 @@ import Testing
         }
     }
 
+    /// `--revoke-ratio-minimum N`: the ratio is judged from a night of N verified accounts. 40
+    /// accounts, about a quarter revoked: at 40 the run aborts (exit 3, nothing applied); at 41 it
+    /// applies; 0 is refused before any work (exit 2) (docs/guarantees.md, "Safety limit").
+    @Test(arguments: [("40", Int32(3)), ("41", Int32(0)), ("0", Int32(2))])
+    func theRevokeRatioMinimumIsTheUsers(minimum: String, status: Int32) async throws {
+        try await RunWorld.with("ratio-minimum") { world in
+            try await Self.revokeWorld(world, accounts: 40)
+            let result = try await CLIProcess.run(["run", "--revoke-ratio-minimum", minimum, "--report-dir", world.reportRoot.path],
+                                                  environment: Self.environment(world))
+            #expect(result.status == status, "\(result.stdout)\(result.stderr.suffix(1000))")
+            let revoked = try await world.count("SELECT count(*) FROM iap.entitlements WHERE NOT entitled")
+            let planned = try await world.count("SELECT count(*) FROM iap.corrections WHERE kind = 'revoke'")
+            if status == 2 {
+                #expect(planned == 0, "refused before any work")
+            } else {
+                #expect(planned > 40 / 5 && planned < 40 / 3, "\(planned) revokes planned")
+            }
+            #expect(revoked == (status == 0 ? planned : 0))
+        }
+    }
+
     /// `--sandbox deny`: a sandbox purchase grants nothing; the default (allow) grants it.
     @Test func sandboxDenyGrantsNothingFromASandboxReceipt() async throws {
         try await RunWorld.with("sandbox") { world in

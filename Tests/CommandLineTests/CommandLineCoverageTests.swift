@@ -39,6 +39,7 @@ import TestSupport
         "--log-level": ["secretsNeverReachLogsOrReports", "theLogLevelFiltersWhatIsWritten"],
         "--max-attempts": ["maxAttemptsIsHowOftenAReceiptIsSent"],
         "--max-revoke-ratio": ["theRevokeRatioIsTheUsersAndCountsFromAHundredAccounts"],
+        "--revoke-ratio-minimum": ["theRevokeRatioMinimumIsTheUsers"],
         "--metrics-file": ["aRevokeRatioAbortExitsWith3", "transientErrorsPastTheDeadlineEndFailed"],
         "--notifications-only": ["notificationsOnlyVerifiesJustTheAccountsTheyMadeDue"],
         "--output": ["exportFinanceWritesItsFileAndLeavesSandboxOutUnlessAsked"],

@@ -128,24 +128,32 @@ import TestSupport
                 #expect(expected.count > 200)
                 #expect(try await RunWorld.appliedCorrections(killed) == expected)
                 #expect(try await killed.entitlements() == calm.entitlements())
-                // No account was verified twice: each run's committed batches (counted on its row in
-                // the same transaction) hold exactly the receipts it wrote last, and the three runs
-                // together verified each of the 300 accounts once.
+                // Each run's committed batches (counted on its row in the same transaction) hold at
+                // least the receipts it wrote last, and every account was last written by one run.
+                // Only the accounts of a plan taken over were verified again (docs/guarantees.md,
+                // "Interruptions, crashes and safety"): at most once by each of the two later runs.
                 #expect(try await killed.count("SELECT count(*) FROM iap.app_receipts WHERE last_verified_at IS NULL") == 0)
                 let runs = try await killed.connection.query("""
                     SELECT r.id, r.accounts_processed, (SELECT count(*) FROM iap.app_receipts a WHERE a.last_run_id = r.id)::int AS written
                     FROM iap.reconciliation_runs r ORDER BY r.id
                     """)
                 #expect(runs.count == 3)
-                var total = 0
+                var (total, written) = (0, 0)
                 for run in runs {
                     let processed: Int = try run.decode("accounts_processed")
                     #expect(processed > 0)
                     let id: Int64 = try run.decode("id")
-                    #expect(try run.decode("written", as: Int.self) == processed, "run \(id)")
+                    let last: Int = try run.decode("written")
+                    #expect(last <= processed, "run \(id)")
                     total += processed
+                    written += last
                 }
-                #expect(total == 300)
+                #expect(written == 300)
+                let adopted = try await killed.count("""
+                    SELECT count(DISTINCT account_id) FROM iap.corrections WHERE planned_by_run_id <> run_id
+                    """)
+                #expect(adopted > 0)
+                #expect(total > 300 && total <= 300 + 2 * adopted, "\(total) accounts processed, \(adopted) taken over")
             }
         }
     }

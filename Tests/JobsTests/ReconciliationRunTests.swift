@@ -281,14 +281,16 @@ import TestSupport
             #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'planned'") == 110)
             #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE applied_at IS NOT NULL") == 0)
 
-            // The next nightly takes over the plan for review and aborts again: nothing new was learned.
+            // The next nightly takes over the plan, verifies its accounts again (only they are due)
+            // and aborts again: Apple still says the same (docs/guarantees.md, "Safety limit").
             let (again, againEnding) = try await world.run(options)
             #expect(againEnding == .aborted)
-            #expect(again.accountsProcessed == 0)
+            #expect(again.accountsProcessed == 110)
+            #expect(again.error?.contains("15 of 110") == true)
             #expect(again.correctionsAdopted == 110)
             #expect(try await world.entitlements() == before)
 
-            // Once an operator has reviewed it and raised the limit, the next run applies the plan.
+            // Once an operator has reviewed it and raised the limit, the next run applies its fresh plan.
             options.maximumRevokeRatio = 0.2
             let (approved, approvedEnding) = try await world.run(options)
             #expect(approvedEnding == .completed)

@@ -181,14 +181,16 @@ extension RunWorld {
             #expect(second.correctionsAdopted == 110)
             #expect(secondEnding == .aborted)
             #expect(second.error?.contains("15 of 110") == true)
-            #expect(second.accountsAdopted == 0)
+            #expect(second.revokeRatio?.accounts == 110)
             #expect(try await world.entitlements() == before)
 
-            // A third night that verifies nobody still counts the accounts of the plan it took over.
+            // A third night, none of whose accounts is due but for the plan it took over, verifies
+            // those accounts again (docs/guarantees.md, "Safety limit") and aborts again.
             let (third, thirdEnding) = try await world.run(world.options())
-            #expect(third.accountsProcessed == 0)
+            #expect(third.accountsProcessed == 110)
+            #expect(third.correctionsAdopted == 110)
             #expect(thirdEnding == .aborted)
-            #expect(third.accountsAdopted == 110)
+            #expect(third.error?.contains("15 of 110") == true)
             #expect(try await world.entitlements() == before)
         }
     }
@@ -241,11 +243,13 @@ extension RunWorld {
             #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'applied'") == 0)
             await other.close()
 
-            // The next run takes over the failed run's committed plan, and does the rest.
+            // The next run takes over the failed run's committed plan, verifies its accounts again
+            // (each a grant: one account per correction), and does the rest.
             let (next, ending) = try await world.run(world.options())
             #expect(ending == .completed)
             #expect(next.correctionsAdopted == planned)
-            #expect(next.accountsProcessed == 40 - planned)
+            #expect(next.accountsProcessed == 40)
+            #expect(next.correctionsSuperseded == planned)
             #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE entitled") == 40)
             #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'applied'") == 40)
         }
@@ -281,6 +285,7 @@ extension RunWorld {
             options.selection.shard = Shard(0, of: 2)
             let (half, _) = try await world.run(options)
             #expect(half.correctionsAdopted == firstHalf)
+            #expect(half.accountsProcessed == firstHalf)  // verified again: one correction an account
             #expect(half.correctionsApplied == firstHalf)
             options.selection.shard = nil
             let (rest, _) = try await world.run(options)

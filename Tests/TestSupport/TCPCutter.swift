@@ -9,7 +9,9 @@ public final class TCPCutter: @unchecked Sendable {
     private let process: Process
     private let lifeline = Pipe()
 
-    public init(toHost host: String, port target: Int) throws {
+    /// `resettingFirst`: that many connections are reset as soon as the client has spoken (a TLS
+    /// ClientHello), before anything reaches the server: a handshake cut by the network.
+    public init(toHost host: String, port target: Int, resettingFirst resets: Int = 0) throws {
         // One thread and select: a socket closed while another thread sits in recv() on it is
         // not closed at all, and sends no reset.
         let script = """
@@ -19,11 +21,18 @@ public final class TCPCutter: @unchecked Sendable {
             listener.listen(16)
             print(listener.getsockname()[1], flush=True)
             peer = {}
+            resets = int(sys.argv[3])
             while True:
                 readable, _, _ = select.select([listener, sys.stdin] + list(peer), [], [])
                 for s in readable:
                     if s is listener:
                         client, _ = listener.accept()
+                        if resets > 0:
+                            resets -= 1
+                            client.recv(65536)
+                            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+                            client.close()
+                            continue
                         server = socket.create_connection((sys.argv[1], int(sys.argv[2])))
                         peer[client], peer[server] = server, client
                     elif s is sys.stdin:
@@ -45,7 +54,7 @@ public final class TCPCutter: @unchecked Sendable {
             """
         let relay = Process()
         relay.executableURL = URL(filePath: "/usr/bin/env")
-        relay.arguments = ["python3", "-c", script, host, String(target)]
+        relay.arguments = ["python3", "-c", script, host, String(target), String(resets)]
         process = relay
         let line = try startServer(relay, lifeline: lifeline, name: "the TCP relay")
         guard let port = Int(line.trimmingCharacters(in: .whitespacesAndNewlines)) else {

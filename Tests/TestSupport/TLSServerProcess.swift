@@ -2,7 +2,7 @@ import Foundation
 
 /// A real HTTPS server on loopback (Python's `http.server` behind `ssl`), with a certificate for
 /// `IP:127.0.0.1` issued by a CA of its own made with `openssl`: what the TLS tests trust or not.
-/// Every request gets `{"status":0}`.
+/// Every request gets `answer` (`{"status":0}` unless told).
 public final class TLSServerProcess: @unchecked Sendable {
     // Immutable after init.
     public let port: Int
@@ -17,7 +17,7 @@ public final class TLSServerProcess: @unchecked Sendable {
 
     /// `address` is where it listens; the certificate always names 127.0.0.1, so another
     /// loopback address (127.0.0.2) is a server whose name does not match.
-    public init(address: String = "127.0.0.1") throws {
+    public init(address: String = "127.0.0.1", answer: String = #"{"status":0}"#) throws {
         self.address = address
         let directory = FileManager.default.temporaryDirectory.appending(path: "rr-tls-\(UUID().uuidString)")
         self.directory = directory
@@ -37,7 +37,7 @@ public final class TLSServerProcess: @unchecked Sendable {
             class Answer(http.server.BaseHTTPRequestHandler):
                 def do_POST(self):
                     self.rfile.read(int(self.headers.get('Content-Length', 0)))
-                    body = b'{"status":0}'
+                    body = sys.argv[4].encode()
                     self.send_response(200)
                     self.send_header('Content-Type', 'application/json')
                     self.send_header('Content-Length', str(len(body)))
@@ -54,7 +54,7 @@ public final class TLSServerProcess: @unchecked Sendable {
             """
         process = Process()
         process.executableURL = URL(filePath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script, path("server.pem"), path("server.key"), address]
+        process.arguments = ["python3", "-c", script, path("server.pem"), path("server.key"), address, answer]
         let line = try startServer(process, lifeline: lifeline, name: "the TLS test server")
         guard let port = Int(line.trimmingCharacters(in: .whitespacesAndNewlines)) else {
             throw TestSetupError(description: "unexpected TLS test server output")

@@ -123,7 +123,9 @@ final class RunWorld: @unchecked Sendable {
     /// Runs against the world's simulator, or `apple` (another script of answers for the same receipts).
     /// `apiBudget`: the Server API keeps to `options.apiBudget()`, as the command does (off by
     /// default: Apple's sandbox quota would slow every other test).
-    func run(_ options: RunOptions, apple: SimulatorProcess? = nil, apiBudget: Bool = false) async throws
+    /// `stormGate`: the gateway's (a test where most of Apple's answers fail on purpose passes one
+    /// that never pauses, so it is not slowed by the pauses that protect a real night).
+    func run(_ options: RunOptions, apple: SimulatorProcess? = nil, apiBudget: Bool = false, stormGate: StormGate = StormGate()) async throws
         -> (summary: RunSummary, ending: ReconciliationRun.Ending)
     {
         let sessions = RunSessions(
@@ -131,7 +133,8 @@ final class RunWorld: @unchecked Sendable {
         let simulator = apple ?? self.simulator
         let client = VerifyReceiptClient(
             endpoints: .init(production: simulator.productionURL, sandbox: simulator.sandboxURL), sharedSecret: secret,
-            policy: options.policy, gateway: AppleGateway(concurrency: options.concurrency, budget: apiBudget ? options.apiBudget() : nil),
+            policy: options.policy,
+            gateway: AppleGateway(concurrency: options.concurrency, stormGate: stormGate, budget: apiBudget ? options.apiBudget() : nil),
             logger: .quiet)
         defer { client.gateway.shutdown() }
         // The Server API, when the options ask for it: the simulator's, with Apple's test key.
