@@ -156,6 +156,27 @@ import TestSupport
         // 1,790,000,000 s after 1970 is 2026-09-21T14:13:20Z, the time the texts above are written from.
         #expect(Explanation.moment(Self.now) == "2026-09-21 14:13 UTC")
     }
+
+    /// Two chains of one product: `explain` names the chain that decided and how the other was
+    /// judged alone; a signed type read back from the ledger types a product the catalog lacks.
+    @Test func explainNamesTheDecidingChain() throws {
+        var family = Self.ledger("9", original: "9", purchased: -3, expires: 27, cancelled: -1, reason: 0)
+        family.transaction.inAppOwnershipType = "FAMILY_SHARED"
+        let evidence = AccountEvidence(accountId: "a", receipts: [Self.receipt()],
+                                       ledger: [Self.ledger("1", purchased: -25, expires: 5), family])
+        let decision = try #require(Explanation.decisions(evidence, rules: EntitlementRules(), diff: EntitlementDiff(), now: Self.now).first)
+        #expect(decision.decided?.state == .active)
+        #expect(decision.why.first == "decided by chain 1 (active), the best of 2 chains judged alone", "\(decision.why)")
+        #expect(decision.why.contains { $0.hasPrefix("  chain 9: refunded, expiry ") && $0.hasSuffix(", family shared") }, "\(decision.why)")
+
+        var signed = Self.ledger("5", original: "5", product: "coins", purchased: -2, expires: nil)
+        #expect(Explanation.decisions(AccountEvidence(accountId: "a", receipts: [Self.receipt()], ledger: [signed]), rules: EntitlementRules(),
+                                      diff: EntitlementDiff(), now: Self.now).first?.decided == nil)
+        signed.rawSignedProductType = SignedProductType.nonConsumable.rawValue
+        let typed = try #require(Explanation.decisions(AccountEvidence(accountId: "a", receipts: [Self.receipt()], ledger: [signed]),
+                                                       rules: EntitlementRules(), diff: EntitlementDiff(), now: Self.now).first)
+        #expect(typed.decided?.state == .active && typed.typeFrom == "Apple's signed type")
+    }
 }
 
 typealias Ledger = AccountEvidence.LedgerTransaction
