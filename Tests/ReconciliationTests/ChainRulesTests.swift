@@ -89,6 +89,16 @@ enum AppleShaped {
         var testDescription: String { name }
     }
 
+    /// Premium ended 10 days ago; basic took over at that renewal and is in its grace period.
+    static func downgraded() throws -> VerifiedFacts {
+        try AppleShaped.answer(
+            latest: [
+                AppleShaped.transaction("500", "premium", original: "500", purchased: -40, expires: -10),
+                AppleShaped.transaction("501", "basic", original: "500", purchased: -10, expires: -1),
+            ],
+            pending: [AppleShaped.renewal(original: "500", product: "basic", grace: 5, retrying: true)])
+    }
+
     static let cases: [Case] = [
         Case(name: "two chains of one product: the own renewing chain is not revoked by the family copy's revocation",
              receipts: {
@@ -131,24 +141,10 @@ enum AppleShaped {
              },
              product: "pro.yearly", state: .upgraded, latestTransaction: "400", expires: 300),
         Case(name: "downgrade at renewal: the product left is not granted the new one's grace period",
-             receipts: {
-                 [try AppleShaped.answer(
-                     latest: [
-                         AppleShaped.transaction("500", "premium", original: "500", purchased: -40, expires: -10),
-                         AppleShaped.transaction("501", "basic", original: "500", purchased: -10, expires: -1),
-                     ],
-                     pending: [AppleShaped.renewal(original: "500", product: "basic", grace: 5, retrying: true)])]
-             },
+             receipts: { [try downgraded()] },
              product: "premium", state: .expired, latestTransaction: "500", expires: -10),
         Case(name: "downgrade at renewal: the product it renews keeps its grace period",
-             receipts: {
-                 [try AppleShaped.answer(
-                     latest: [
-                         AppleShaped.transaction("500", "premium", original: "500", purchased: -40, expires: -10),
-                         AppleShaped.transaction("501", "basic", original: "500", purchased: -10, expires: -1),
-                     ],
-                     pending: [AppleShaped.renewal(original: "500", product: "basic", grace: 5, retrying: true)])]
-             },
+             receipts: { [try downgraded()] },
              product: "basic", state: .gracePeriod, latestTransaction: "501", expires: -1, grace: 5),
         Case(name: "a pending crossgrade (product_id the current one, renewing into another) still decides for the current one",
              receipts: {
