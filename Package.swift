@@ -112,7 +112,7 @@ let package = Package(
             path: "Sources/ReceiptReconciler"
         ),
 
-        .target(name: "TestSupport", dependencies: ["Postgres", "HTTP", "Hashing", "Locking", logging], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["Postgres", "HTTP", "Hashing", "Locking", "Throttling", logging], path: "Tests/TestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "SchemaMigrations", "TestSupport", logging]),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "AppStoreModels", "SignedData", "Throttling", "HTTP", "TestSupport", logging, crypto]),
         .testTarget(name: "SignedDataTests", dependencies: ["SignedData", "AppStoreModels", "AppleSimulator", "Hashing", "Locking", "TestSupport"]),

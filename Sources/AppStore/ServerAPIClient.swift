@@ -51,7 +51,7 @@ public final class ServerAPIClient: Sendable {
         public var attempts = 0
         /// The hosts asked, in order.
         public var endpoints: [AppleEnvironment] = []
-        /// Where the data was found (after a 4040010 hop, sandbox).
+        /// Where the data was found (after a 4040010 hop, the other environment).
         public var environment: AppleEnvironment
     }
 
@@ -120,7 +120,7 @@ public final class ServerAPIClient: Sendable {
                 return outcome
             }
             hopped = true
-            outcome.environment = .sandbox
+            outcome.environment = outcome.environment == .production ? .sandbox : .production
         }
     }
 
@@ -134,7 +134,7 @@ public final class ServerAPIClient: Sendable {
             switch await fetch(.statuses, path, query: [], outcome: &outcome, mayHop: !hopped) {
             case .hop:
                 hopped = true
-                outcome.environment = .sandbox
+                outcome.environment = outcome.environment == .production ? .sandbox : .production
             case .failure(let failure):
                 outcome.result = .failure(failure)
                 return outcome
@@ -330,7 +330,9 @@ public final class ServerAPIClient: Sendable {
             return .final(.unauthorized(reason: "Apple refused the API token (\(said)): check APPSTORE_ISSUER_ID, APPSTORE_KEY_ID, the key file and the bundle id"))
         case (429, _):
             return .throttled(reason: said, retryAfter: retryAfter(response.headers["retry-after"], now: now))
-        case (_, 4040010?) where environment == .production && mayHop:
+        case (_, 4040010?) where mayHop:
+            // Not found where it was asked first: the other environment, once (a chain of an
+            // account whose receipts say Sandbox can be a production purchase, and the reverse).
             return .hop
         case (_, let code?) where retryableErrorCodes.contains(code):
             return .retry(reason: said, retryAfter: nil)

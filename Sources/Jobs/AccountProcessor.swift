@@ -126,7 +126,7 @@ struct AccountProcessor: Sendable {
             let decision = rules.decide(accountId: work.accountId, receipts: verified, union: union, now: now)
             let plan = diff.corrections(stored: work.stored, computed: decision.entitlements, now: now,
                                         cancellationReasons: EntitlementRules.cancellationReasons(union),
-                                        leftAsStored: Set(decision.leftAsStored.keys))
+                                        leftAsStored: Set(decision.leftAsStored.keys), lapsedGraceEnds: decision.lapsedGraceEnds)
             counts.productsLeftAsStored = decision.leftAsStored.keys.sorted().map {
                 "account \(work.accountId), product \($0): \(decision.leftAsStored[$0]!); left as stored (no grant, no revoke)"
             }

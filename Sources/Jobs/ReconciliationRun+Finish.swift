@@ -28,7 +28,8 @@ extension ReconciliationRun {
         }
         let planned = try await withDatabaseRetry(logger: logger) { try await writer.plannedRevokes(runId: runId) }
         let limit = try await revokeRatioCount(
-            RevokeRatioCount(accounts: summary.accountsVerified, revokedAccounts: planned.revokedAccounts), context)
+            RevokeRatioCount(accounts: summary.accountsVerified, revokedAccounts: planned.revokedAccounts), tookOver: summary.correctionsAdopted > 0,
+            context)
         summary.revokeRatio = limit
         if limit.nightAccounts >= options.revokeRatioMinimumAccounts && limit.ratio > options.maximumRevokeRatio {
             var shards = ""
@@ -60,7 +61,25 @@ extension ReconciliationRun {
     /// answer is no evidence of health) and those of them that would lose an entitlement; a shard
     /// worker adds its night's other shards and counts towards the minimum as the whole night
     /// (docs/guarantees.md, "Safety limit"). Records the run's own counts for its siblings first.
-    func revokeRatioCount(_ own: RevokeRatioCount, _ context: RunContext) async throws -> RevokeRatioCount {
+    /// A run that took plans over continues their night: its accounts count as the most that night
+    /// verified, so re-verifying only the plan's accounts (a re-run after an abort, a backfill of
+    /// them) is judged as that night was. A run stopped early (SIGTERM) saw only part of its night:
+    /// it is judged as if the minimum were met.
+    func revokeRatioCount(_ own: RevokeRatioCount, tookOver: Bool, _ context: RunContext) async throws -> RevokeRatioCount {
+        var night = try await shardNight(own, context)
+        if tookOver {
+            let (runId, now, writer) = (context.runId, context.now, context.writer)
+            let continued = try await withDatabaseRetry(logger: context.logger) {
+                try await writer.accountsOfTakenOverNight(runId: runId, now: now)
+            }
+            night.accounts = max(night.accounts, continued)
+            night.nightAccounts = max(night.nightAccounts, continued)
+        }
+        if stopRequested.withLock({ $0 }) { night.nightAccounts = max(night.nightAccounts, options.revokeRatioMinimumAccounts) }
+        return night
+    }
+
+    func shardNight(_ own: RevokeRatioCount, _ context: RunContext) async throws -> RevokeRatioCount {
         let (runId, now, writer, logger) = (context.runId, context.now, context.writer, context.logger)
         try await withDatabaseRetry(logger: logger) {
             try await writer.recordPlanned(runId: runId, accounts: own.accounts, revokedAccounts: own.revokedAccounts, at: Date())

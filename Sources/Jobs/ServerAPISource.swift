@@ -76,10 +76,12 @@ struct ServerAPISource: AppleAccountSource {
             covered.insert(original)
             let history = await client.transactionHistory(originalTransactionId: original, environment: known)
             note(history, into: &outcome)
-            // The account's environment is the first history's; each signed transaction and
-            // renewal info keeps its own (its signed one, else the answer's it came in): a
-            // production chain read after a sandbox one stays production.
-            if environments.isEmpty { environment = history.environment }
+            // Each signed transaction and renewal info keeps its own environment (its signed one,
+            // else the answer's it came in): a production chain read after a sandbox one stays
+            // production. The account's (what its receipt rows record, and where the next run asks
+            // first) is production when any chain answered from there: asked there first, a
+            // sandbox chain hops to the sandbox, but a production one asked in the sandbox would not.
+            if environments.isEmpty || history.environment == .production { environment = history.environment }
             var subscription: String?
             switch history.result {
             case .failure(let failure): return .not(result(failure))

@@ -62,10 +62,11 @@ public struct EntitlementDiff: Sendable {
 
     /// The corrections that turn `stored` into `computed` for one account whose receipts all verified.
     /// `cancellationReasons` (by transaction id) lets a refund's reason say Apple's reason code.
-    /// The products in `leftAsStored` (the rules could not type them) are neither granted nor revoked.
+    /// The products in `leftAsStored` (the rules could not type them) are neither granted nor revoked;
+    /// `lapsedGraceEnds` (by product) are grace periods Apple says ended, held by the lag like an expiry.
     public func corrections(
         stored: [Entitlement], computed: [Entitlement], now: Date, cancellationReasons: [String: Int] = [:],
-        leftAsStored: Set<String> = []
+        leftAsStored: Set<String> = [], lapsedGraceEnds: [String: Date] = [:]
     ) -> Plan {
         var plan = Plan(corrections: [], heldRevokes: [])
         let storedByProduct = Dictionary(stored.map { ($0.productId, $0) }, uniquingKeysWith: { first, _ in first })
@@ -78,7 +79,7 @@ public struct EntitlementDiff: Sendable {
                 accountId: after.accountId, productId: after.productId, kind: kind,
                 reason: Self.reason(kind: kind, before: before, after: after, cancellationReasons: cancellationReasons),
                 before: before, after: after)
-            if kind == .revoke, isWithinExpiryLag(after, before: before, now: now) {
+            if kind == .revoke, isWithinExpiryLag(after, before: before, lapsedGrace: lapsedGraceEnds[after.productId], now: now) {
                 plan.heldRevokes.append(correction)
             } else {
                 plan.corrections.append(correction)
@@ -99,9 +100,9 @@ public struct EntitlementDiff: Sendable {
     /// Only expiry-driven revokes wait; refunds and upgrades never do. The end that counts is the
     /// later of the expiry and the grace period the stored row held: a grace period that ended
     /// minutes ago is held like an expiry (Apple's renewal can show up late after either).
-    func isWithinExpiryLag(_ after: Entitlement, before: Entitlement? = nil, now: Date) -> Bool {
+    func isWithinExpiryLag(_ after: Entitlement, before: Entitlement? = nil, lapsedGrace: Date? = nil, now: Date) -> Bool {
         guard after.state == .expired || after.state == .billingRetry else { return false }
-        let ends = [after.expiresAt, after.gracePeriodExpiresAt, before?.gracePeriodExpiresAt].compactMap { $0 }.filter { $0 <= now }
+        let ends = [after.expiresAt, after.gracePeriodExpiresAt, before?.gracePeriodExpiresAt, lapsedGrace].compactMap { $0 }.filter { $0 <= now }
         guard let end = ends.max() else { return false }
         return now.timeIntervalSince(end) < expiryLag
     }

@@ -107,11 +107,15 @@ public struct EntitlementRules: Sendable {
     /// it sold), else the catalog's, else auto-renewable when a transaction has an expiry (Apple
     /// dates only subscriptions that way); nil when nothing says: such a product is left as stored.
     public func productType(_ productId: String, transactions: [AccountTransaction]) -> ProductType? {
-        if let signed = transactions.lazy.compactMap({ $0.signed?.productType }).min(by: { $0.rawValue < $1.rawValue }) {
-            return signed
-        }
+        if let signed = Self.signedType(transactions) { return signed }
         if let product = catalog[productId] { return product.type }
         return transactions.contains { $0.transaction.expiresDate != nil } ? .autoRenewable : nil
+    }
+
+    /// Apple's signed `type` of the product, where a transaction carries one (one fixed pick
+    /// should two disagree, so no order changes it).
+    public static func signedType(_ transactions: [AccountTransaction]) -> ProductType? {
+        transactions.lazy.compactMap({ $0.signed?.productType }).min(by: { $0.rawValue < $1.rawValue })
     }
 
     /// The account's entitlements, one per product that grants anything, as of `now`.
@@ -133,6 +137,9 @@ public struct EntitlementRules: Sendable {
         public var judged: [String: [Entitlement]] = [:]
         /// Products left as stored, with why: no grant, no revoke (docs/guarantees.md, "Entitlement rules").
         public var leftAsStored: [String: String] = [:]
+        /// Per product, the end of a grace period Apple's renewal entry gives for the deciding
+        /// chain that has passed: the expiry lag holds a revoke after it as after an expiry.
+        public var lapsedGraceEnds: [String: Date] = [:]
     }
 
     /// The account's decision (docs/guarantees.md, "Entitlement rules"): each chain judged alone
@@ -146,6 +153,7 @@ public struct EntitlementRules: Sendable {
             }
         }
         let byProduct = Dictionary(grouping: transactions, by: \.transaction.productId)
+        let currentProducts = Self.currentProducts(transactions)
         var decision = Decision()
         for productId in byProduct.keys.sorted() {
             let productTransactions = byProduct[productId]!
@@ -154,7 +162,9 @@ public struct EntitlementRules: Sendable {
             case .autoRenewable?:
                 judged = Dictionary(grouping: productTransactions, by: \.originalTransactionId).keys.sorted().map { chain in
                     autoRenewableChain(accountId, productId, productTransactions.filter { $0.originalTransactionId == chain },
-                                       renewal: Self.renewal(chain: chain, productId: productId, in: renewals), now: now)
+                                       renewal: currentProducts[chain] == productId
+                                           ? Self.renewal(chain: chain, productId: productId, in: renewals) : nil,
+                                       now: now)
                 }
             case .nonConsumable?:
                 judged = productTransactions.map { nonConsumablePurchase(accountId, productId, $0) }
@@ -169,14 +179,24 @@ public struct EntitlementRules: Sendable {
             case .consumable?:
                 continue  // ledger only
             case nil:
-                decision.leftAsStored[productId] = "neither the catalog nor Apple's signed type says what this product is"
-                continue
+                // A refund ends a purchase whatever its type: with every purchase of it refunded,
+                // the product grants nothing, and a stored grant is revoked.
+                guard productTransactions.allSatisfy({ $0.transaction.cancellationDate != nil }) else {
+                    decision.leftAsStored[productId] = "neither the catalog nor Apple's signed type says what this product is"
+                    continue
+                }
+                judged = productTransactions.map { nonConsumablePurchase(accountId, productId, $0) }
             }
             let purchased = Dictionary(productTransactions.map { ($0.transaction.transactionId, $0.transaction.purchaseDate ?? .distantPast) },
                                        uniquingKeysWith: { first, _ in first })
             guard let best = judged.max(by: { Self.isWorse($0, $1, purchased: purchased) }) else { continue }
             decision.entitlements.append(best)
             decision.judged[productId] = judged
+            if best.state == .billingRetry || best.state == .expired, currentProducts[best.originalTransactionId] == productId,
+               let grace = Self.renewal(chain: best.originalTransactionId, productId: productId, in: renewals)?.gracePeriodExpiresDate,
+               grace <= now {
+                decision.lapsedGraceEnds[productId] = grace
+            }
         }
         return decision
     }
@@ -244,18 +264,43 @@ public struct EntitlementRules: Sendable {
         return entitlement
     }
 
-    /// The renewal entry of one chain for one product: the chain's own (`original_transaction_id`),
-    /// else one without that key matched by product; an entry decides only for the product it
-    /// renews (`product_id`/`auto_renew_product_id`), never for one the customer left by an upgrade
-    /// or a downgrade. Identical copies (two receipts' answers) are one; of different ones, the one
-    /// that keeps access longest, so neither their order nor a stale copy revokes anyone.
+    /// The product each chain holds now: that of its transaction with the greatest expiry, an
+    /// upgraded-away one aside (a yearly left for a monthly can still expire later).
+    static func currentProducts(_ transactions: [AccountTransaction]) -> [String: String] {
+        var current: [String: AccountTransaction] = [:]
+        func later(_ left: AccountTransaction, _ right: AccountTransaction) -> Bool {
+            let key = { (item: AccountTransaction) in
+                (item.transaction.isUpgraded == true ? 0 : 1, item.transaction.expiresDate ?? .distantPast,
+                 item.transaction.purchaseDate ?? .distantPast, item.transaction.transactionId)
+            }
+            let (a, b) = (key(left), key(right))
+            return (a.0, a.1, a.2, a.3) > (b.0, b.1, b.2, b.3)
+        }
+        for item in transactions where item.transaction.expiresDate != nil {
+            if let held = current[item.originalTransactionId], !later(item, held) { continue }
+            current[item.originalTransactionId] = item
+        }
+        return current.mapValues(\.transaction.productId)
+    }
+
+    /// The renewal entry of one chain, for the product the chain holds now (the caller asks only
+    /// for that one: a product the customer left by an upgrade, a downgrade or a crossgrade gets
+    /// no entry, whatever its `product_id`/`auto_renew_product_id` say): the chain's own
+    /// (`original_transaction_id`), else one without that key naming the product. Identical
+    /// copies (two receipts' answers) are one; of different ones, the one that keeps access
+    /// longest, so neither their order nor a stale copy revokes anyone.
     static func renewal(chain: String, productId: String, in renewals: [PendingRenewalInfo]) -> PendingRenewalInfo? {
         func key(_ info: PendingRenewalInfo) -> String? { info.originalTransactionId.flatMap { $0.isEmpty ? nil : $0 } }
-        func names(_ info: PendingRenewalInfo) -> Bool { info.productId == productId || info.autoRenewProductId == productId }
-        // The chain's own entry without a `product_id` is about the chain's current product.
-        let own = renewals.filter { key($0) == chain && ($0.productId == nil || names($0)) }
-        let candidates = own.isEmpty ? renewals.filter { key($0) == nil && names($0) } : own
+        let own = renewals.filter { key($0) == chain }
+        let candidates = own.isEmpty
+            ? renewals.filter { key($0) == nil && ($0.productId == productId || $0.autoRenewProductId == productId) } : own
         return candidates.max { favour($0) < favour($1) }
+    }
+
+    /// Whether `entry` keeps access at least as long as `other` (the pick between two different
+    /// entries of one chain), for whoever stores them.
+    public static func isPreferred(_ entry: PendingRenewalInfo, over other: PendingRenewalInfo) -> Bool {
+        !(favour(entry) < favour(other))
     }
 
     /// How long an entry keeps access, then a fixed order over every field.

@@ -241,7 +241,7 @@ public enum Explanation {
         let decided = decision.entitlements
         let plan = diff.corrections(stored: evidence.entitlements, computed: decided, now: now,
                                     cancellationReasons: EntitlementRules.cancellationReasons(union),
-                                    leftAsStored: Set(decision.leftAsStored.keys))
+                                    leftAsStored: Set(decision.leftAsStored.keys), lapsedGraceEnds: decision.lapsedGraceEnds)
         let products = Set(evidence.ledger.map(\.transaction.productId)).union(evidence.entitlements.map(\.productId))
         return products.sorted().map { productId in
             let transactions = union.filter { $0.transaction.productId == productId }
@@ -280,7 +280,7 @@ public enum Explanation {
     /// `non_consumable` for a row that expires.
     static func productType(_ productId: String, transactions: [AccountTransaction], stored: Entitlement?,
                             rules: EntitlementRules) -> (ProductType, String) {
-        if let signed = transactions.lazy.compactMap({ $0.signed?.productType }).first { return (signed, "Apple's signed type") }
+        if let signed = EntitlementRules.signedType(transactions) { return (signed, "Apple's signed type") }
         if let product = rules.catalog[productId] { return (product.type, "catalog") }
         if let guessed = rules.productType(productId, transactions: transactions) { return (guessed, "guessed from the transactions") }
         guard let stored else { return (.nonConsumable, "unknown: nothing is stored") }

@@ -91,9 +91,11 @@ extension ReconciliationStore {
     }
 
     /// The other shards of this run's layout in the same night (docs/guarantees.md, "Safety limit"):
-    /// for each other shard index of `K/N`, its latest run that is not a dry run, started within
-    /// the 24 hours before `now` and finished planning; their verified accounts and those that
-    /// would lose an entitlement, added up.
+    /// for each other shard index of `K/N`, its latest run that is not a dry run and finished
+    /// planning, started after this shard's own previous run finished planning and within the 12
+    /// hours before `now` (so never the night before: the previous night's siblings started
+    /// before this shard's previous run had planned); their verified accounts and those that would
+    /// lose an entitlement, added up.
     public func siblingShards(runId: Int64, shard: Shard, now: Date) async throws -> ShardSiblings {
         let rows = try await connection.query("""
             SELECT count(*) AS shards, coalesce(sum(limit_accounts), 0) AS accounts,
@@ -103,12 +105,25 @@ extension ReconciliationStore {
                 FROM iap.reconciliation_runs
                 WHERE id <> \(runId) AND NOT dry_run AND planned_at IS NOT NULL AND shard IS NOT NULL
                   AND split_part(shard, '/', 2)::bigint = \(shard.count) AND split_part(shard, '/', 1)::bigint <> \(shard.index)
-                  AND started_at > \(now.addingTimeInterval(-86_400)) AND started_at <= \(now)
+                  AND started_at > GREATEST(\(now.addingTimeInterval(-12 * 3_600))::timestamptz, COALESCE((
+                        SELECT max(planned_at) FROM iap.reconciliation_runs
+                        WHERE shard = \("\(shard.index)/\(shard.count)") AND id <> \(runId) AND NOT dry_run), '-infinity'))
                 ORDER BY split_part(shard, '/', 1), started_at DESC, id DESC
             ) latest
             """)
         return ShardSiblings(shards: try rows[0].decode("shards"), accounts: try rows[0].decode("accounts"),
                              revokedAccounts: try rows[0].decode("revoked"))
+    }
+
+    /// The night a run continues when it took plans over (docs/guarantees.md, "Safety limit"): the
+    /// most accounts one of the runs it took over (within 12 hours) had verified; 0 when none.
+    /// Re-verifying only a plan's accounts never judges them as a night of their own.
+    public func accountsOfTakenOverNight(runId: Int64, now: Date) async throws -> Int {
+        try await connection.query("""
+            SELECT COALESCE(max(r.accounts_verified), 0)::bigint AS accounts FROM iap.reconciliation_runs r
+            WHERE r.id = ANY(SELECT unnest(adopted_from) FROM iap.reconciliation_runs WHERE id = \(runId))
+              AND r.started_at > \(now.addingTimeInterval(-12 * 3_600))
+            """)[0].decode("accounts")
     }
 
     /// Counts a batch as committed, in the batch's transaction; false when this batch was

@@ -181,14 +181,22 @@ public struct RenewalEntry: Sendable, Equatable {
         self.info = info
     }
 
-    /// The renewal state of verified facts, one per chain, product and environment.
+    /// The renewal state of verified facts, one per chain, product and environment: of two
+    /// different entries for one key, the one the rules pick (it keeps access longest), so
+    /// `explain` decides from what the run decided from, whatever the order of the answers.
     public static func of(_ facts: [VerifiedFacts], accountId: String) -> [RenewalEntry] {
-        var seen = Set<String>()
+        var index: [String: Int] = [:]
         var result: [RenewalEntry] = []
         for fact in facts {
-            for info in fact.renewals
-            where seen.insert("\(info.originalTransactionId ?? "")\u{1F}\(info.productId ?? "")\u{1F}\(fact.environment(of: info).rawValue)").inserted {
-                result.append(RenewalEntry(accountId: accountId, environment: fact.environment(of: info), info: info))
+            for info in fact.renewals {
+                let key = "\(info.originalTransactionId ?? "")\u{1F}\(info.productId ?? "")\u{1F}\(fact.environment(of: info).rawValue)"
+                let entry = RenewalEntry(accountId: accountId, environment: fact.environment(of: info), info: info)
+                if let at = index[key] {
+                    if info != result[at].info && EntitlementRules.isPreferred(info, over: result[at].info) { result[at] = entry }
+                } else {
+                    index[key] = result.count
+                    result.append(entry)
+                }
             }
         }
         return result

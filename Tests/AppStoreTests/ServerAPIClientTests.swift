@@ -90,6 +90,20 @@ import Throttling
         #expect(status == 404 && code == 4040010)
     }
 
+    /// An account whose receipts say Sandbox (a TestFlight chain read first) can hold a production
+    /// purchase: asked in the sandbox first, it is found in production (once), never lost for good.
+    @Test func aTransactionUnknownInTheSandboxIsAskedOfProductionOnce() async throws {
+        let (simulator, client, shared) = try Self.world(["2000000000000001": ["environment": "Production", "transactions": Self.transactions(2)]])
+        defer { shared.shutdown(); simulator.stop() }
+        let outcome = await client.transactionHistory(originalTransactionId: "2000000000000001", environment: .sandbox)
+        #expect(try outcome.result.get().count == 2)
+        #expect(outcome.endpoints == [.sandbox, .production])
+        #expect(outcome.environment == .production)
+        let statuses = await client.subscriptionStatuses(originalTransactionId: "2000000000000001", environment: .sandbox)
+        #expect(statuses.endpoints == [.sandbox, .production])
+        #expect(statuses.environment == .production)
+    }
+
     @Test func aRefusedTokenIsUnauthorized() async throws {
         let (simulator, client, shared) = try Self.world(["2000000000000001": ["transactions": Self.transactions(1)]], unauthorized: true)
         defer { shared.shutdown(); simulator.stop() }

@@ -142,6 +142,85 @@ import Throttling
         }
     }
 
+    /// A backfill after an abort that verifies only the 20 accounts that would lose access (of the
+    /// night's 100) continues the aborted night: judged over its 100 accounts, it aborts again,
+    /// where it used to apply as a night of 20 under the minimum. Once the limit is raised it applies.
+    @Test func aReRunOfAnAbortedPlansAccountsIsJudgedAsItsNight() async throws {
+        try await RunWorld.with("ratio-rerun") { world in
+            try await Self.night(world, total: 100, refunded: { $0 % 5 == 0 })
+            let before = try await world.entitlements()
+            var options = world.options()
+            options.pageSize = 50
+            options.batchSize = 25
+            let (first, firstEnding) = try await world.run(options)
+            #expect(firstEnding == .aborted && first.accountsVerified == 100)
+            let refunded = (0..<100).filter { $0 % 5 == 0 }.map { String(format: "n%03d", $0) }
+            var backfill = world.options(kind: .backfill, selection: .backfill(
+                accounts: refunded, receiptIds: [], since: nil, until: nil, products: [], all: false))
+            backfill.batchSize = 25
+            let (again, againEnding) = try await world.run(backfill)
+            #expect(again.accountsVerified == 20)
+            #expect(againEnding == .aborted, "\(again.error ?? "")")
+            #expect(again.revokeRatio?.nightAccounts == 100)
+            #expect(try await world.entitlements() == before)
+            options.maximumRevokeRatio = 0.25
+            let (_, approvedEnding) = try await world.run(options)
+            #expect(approvedEnding == .completed)
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE state = 'refunded'") == 20)
+        }
+    }
+
+    /// A run stopped early (SIGTERM) saw only part of its night: 20 accounts of which 5 would lose
+    /// access are judged as if the minimum were met, and nothing is applied.
+    @Test func aRunStoppedEarlyIsJudgedAsIfTheMinimumWereMet() async throws {
+        try await RunWorld.with("ratio-stopped", scenario: RunWorld.heldMidRun) { world in
+            try await Self.night(world, total: 40, refunded: { $0 % 4 == 0 })
+            let before = try await world.entitlements()
+            let running = Task { try await world.run(world.slowOptions()) }
+            try await world.waitForACommittedBatch()
+            running.cancel()
+            try await world.simulator.release()
+            let (summary, ending) = try await running.value
+            #expect(summary.accountsVerified < 40)
+            #expect(summary.revokeRatio?.nightAccounts == 100)
+            #expect(ending == .aborted, "\(summary.error ?? "")")
+            #expect(try await world.entitlements() == before)
+        }
+    }
+
+    /// Last night's shards are never tonight's: a sibling counts only when it started after this
+    /// shard's own previous run had planned (a night's shards start together, so the previous
+    /// night's started before this shard's previous run had planned).
+    @Test func aShardNeverCountsTheNightBeforesSiblings() async throws {
+        try await RunWorld.with("ratio-siblings") { world in
+            let store = ReconciliationStore(connection: world.connection)
+            let day = 86_400.0
+            func run(_ shard: String, startedAgo: Double, plannedAgo: Double?, accounts: Int, revoked: Int) async throws -> Int64 {
+                let id = try await store.createRun(kind: .nightly, isDryRun: false, startedAt: world.now.addingTimeInterval(-startedAgo),
+                                                   shard: shard, options: ["test": true])
+                if let plannedAgo {
+                    try await store.recordPlanned(runId: id, accounts: accounts, revokedAccounts: revoked,
+                                                  at: world.now.addingTimeInterval(-plannedAgo))
+                }
+                return id
+            }
+            // Last night: shard 0 started at 03:15:00 and planned at 03:45; shard 1 started 5 s later.
+            _ = try await run("0/2", startedAgo: day, plannedAgo: day - 1_800, accounts: 75, revoked: 0)
+            _ = try await run("1/2", startedAgo: day - 5, plannedAgo: day - 1_700, accounts: 75, revoked: 0)
+            // Tonight: shard 0 judges first; its sibling has started but not planned.
+            let tonight = try await run("0/2", startedAgo: 0, plannedAgo: nil, accounts: 0, revoked: 0)
+            _ = try await run("1/2", startedAgo: -5, plannedAgo: nil, accounts: 0, revoked: 0)
+            #expect(try await store.siblingShards(runId: tonight, shard: try #require(Shard(0, of: 2)), now: world.now).shards == 0)
+            // Once tonight's sibling has planned (it started 5 s after this one), it counts.
+            try await world.connection.execute("""
+                UPDATE iap.reconciliation_runs SET planned_at = now(), limit_accounts = 70, limit_revoked_accounts = 14
+                WHERE shard = '1/2' AND started_at > \(world.now)
+                """)
+            let siblings = try await store.siblingShards(runId: tonight, shard: try #require(Shard(0, of: 2)), now: world.now)
+            #expect(siblings.shards == 1 && siblings.accounts == 70 && siblings.revokedAccounts == 14)
+        }
+    }
+
     /// The run's rows of `iap.corrections`: its own plan by kind, and all of them by status.
     static func correctionsTable(_ world: RunWorld, run: Int64) async throws -> (byKind: [String: Int], byStatus: [String: Int]) {
         var byKind: [String: Int] = [:]

@@ -146,6 +146,16 @@ enum AppleShaped {
         Case(name: "downgrade at renewal: the product it renews keeps its grace period",
              receipts: { [try downgraded()] },
              product: "basic", state: .gracePeriod, latestTransaction: "501", expires: -1, grace: 5),
+        Case(name: "a crossgrade back scheduled (auto_renew_product_id the product left): the product left gets no grace",
+             receipts: {
+                 [try AppleShaped.answer(
+                     latest: [
+                         AppleShaped.transaction("610", "pro.monthly", original: "610", purchased: -100, expires: -70),
+                         AppleShaped.transaction("611", "pro.yearly", original: "610", purchased: -70, expires: -1),
+                     ],
+                     pending: [AppleShaped.renewal(original: "610", product: "pro.yearly", renewsTo: "pro.monthly", grace: 5, retrying: true)])]
+             },
+             product: "pro.monthly", state: .expired, latestTransaction: "610", expires: -70),
         Case(name: "a pending crossgrade (product_id the current one, renewing into another) still decides for the current one",
              receipts: {
                  [try AppleShaped.answer(
@@ -222,6 +232,23 @@ enum AppleShaped {
         var longAgo = inGrace
         longAgo.gracePeriodExpiresAt = Build.day(-2.0 / 24)
         #expect(diff.corrections(stored: [longAgo], computed: [after], now: Build.now).corrections.map(\.kind) == [.revoke])
+    }
+
+    /// A grace period Apple's renewal entry says ended minutes ago is held too, when the stored
+    /// row never knew of it (stored active): the rules say when it ended, the diff waits.
+    @Test func aGraceEndAppleReportsIsHeldByTheExpiryLag() throws {
+        let receipts = [try AppleShaped.answer(
+            latest: [AppleShaped.transaction("1", "pro.monthly", original: "1", purchased: -46, expires: -16)],
+            pending: [AppleShaped.renewal(original: "1", product: "pro.monthly", grace: -0.5 / 24, retrying: true)])]
+        let rules = EntitlementRules(catalog: AppleShaped.catalog)
+        let decision = rules.decide(accountId: "acct", receipts: receipts, union: EntitlementRules.union(receipts), now: Build.now)
+        #expect(decision.entitlements.first?.state == .billingRetry)
+        #expect(decision.lapsedGraceEnds["pro.monthly"] == Build.day(-0.5 / 24))
+        let stored = Entitlement(accountId: "acct", productId: "pro.monthly", originalTransactionId: "1", latestTransactionId: "1",
+                                 state: .active, expiresAt: Build.day(14))
+        let plan = EntitlementDiff(expiryLag: 3600).corrections(stored: [stored], computed: decision.entitlements, now: Build.now,
+                                                               lapsedGraceEnds: decision.lapsedGraceEnds)
+        #expect(plan.corrections.isEmpty && plan.heldRevokes.count == 1)
     }
 }
 

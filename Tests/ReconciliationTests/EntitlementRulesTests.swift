@@ -151,6 +151,11 @@ enum Build {
         let unjudged = EntitlementRules(catalog: ["coins": Product(productId: "coins", type: .nonRenewing)]).decide(
             accountId: "acct", receipts: receipts, union: EntitlementRules.union(receipts), now: Build.now)
         #expect(unjudged.entitlements.isEmpty && unjudged.leftAsStored["coins"] != nil)
+        // Every purchase of it refunded: a refund ends a purchase whatever its type.
+        let refundedReceipts = [Build.receipt(inApp: [Build.tx("8", "coins", cancelled: -1)])]
+        let refunded = EntitlementRules().decide(accountId: "acct", receipts: refundedReceipts,
+                                                 union: EntitlementRules.union(refundedReceipts), now: Build.now)
+        #expect(refunded.leftAsStored.isEmpty && refunded.entitlements.first?.state == .refunded)
         // And the diff neither grants nor revokes what is left as stored.
         let stored = Entitlement(accountId: "acct", productId: "coins", originalTransactionId: "8", state: .active)
         #expect(EntitlementDiff().corrections(stored: [stored], computed: [], now: Build.now, leftAsStored: ["coins"]).corrections.isEmpty)

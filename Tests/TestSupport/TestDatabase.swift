@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import Throttling
 
 /// A database of its own for one test, created in the throwaway cluster that `scripts/test`
 /// starts, so tests can run in parallel without sharing tables.
@@ -19,25 +20,48 @@ public struct TestDatabase: Sendable {
         }
     }
 
-    /// Creates an empty database named after the test.
+    /// A few creations at a time: the suite starts a hundred tests at once, and each new
+    /// database's first session builds its catalog cache from nothing. All of them at once on two
+    /// cores kept sessions waiting past libpq's 10 s connect timeout (CI, 2026-11-27).
+    static let creations = ConcurrencyLimiter(limit: 4)
+
+    /// Creates an empty database named after the test, and opens its first session (so the
+    /// catalog cache the test's own sessions read is built, one creation at a time per few).
     public static func create(_ label: String = "t") async throws -> TestDatabase {
-        let admin = try await PostgresConnection.connect(try adminConnectionString)
+        await creations.acquire()
+        defer { creations.release() }
+        let admin = try await connectRetrying(try adminConnectionString)
         defer { Task { await admin.close() } }
         let suffix = UUID().uuidString.prefix(8).lowercased()
         let safeLabel = label.lowercased().filter { $0.isLetter || $0.isNumber }.prefix(30)
         let name = "rr_\(safeLabel)_\(suffix)"
         try await admin.execute("CREATE DATABASE \(unescaped: name)")
-        let connectionString = try adminConnectionString.replacingDatabase(with: name)
-        return TestDatabase(connectionString: connectionString, name: name)
+        let database = TestDatabase(connectionString: try adminConnectionString.replacingDatabase(with: name), name: name)
+        await (try database.connect()).close()
+        return database
     }
 
     public func connect() async throws -> PostgresConnection {
-        try await PostgresConnection.connect(connectionString)
+        try await Self.connectRetrying(connectionString)
+    }
+
+    /// A test's connection, tried again (three times at most) when the loaded machine's server
+    /// did not answer within libpq's connect timeout: a test proves nothing by failing there.
+    static func connectRetrying(_ connectionString: String) async throws -> PostgresConnection {
+        var attempt = 1
+        while true {
+            do {
+                return try await PostgresConnection.connect(connectionString)
+            } catch {
+                guard attempt < 3, "\(error)".contains(": timed out") else { throw error }
+                attempt += 1
+            }
+        }
     }
 
     /// Drops the database, ending any session still in it.
     public func drop() async throws {
-        let admin = try await PostgresConnection.connect(try Self.adminConnectionString)
+        let admin = try await Self.connectRetrying(try Self.adminConnectionString)
         try await admin.execute("DROP DATABASE IF EXISTS \(unescaped: name) WITH (FORCE)")
         await admin.close()
     }
