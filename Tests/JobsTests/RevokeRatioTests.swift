@@ -207,6 +207,10 @@ import Throttling
             // Last night: shard 0 started at 03:15:00 and planned at 03:45; shard 1 started 5 s later.
             _ = try await run("0/2", startedAgo: day, plannedAgo: day - 1_800, accounts: 75, revoked: 0)
             _ = try await run("1/2", startedAgo: day - 5, plannedAgo: day - 1_700, accounts: 75, revoked: 0)
+            // And a round six hours ago (a schedule run four times a day), well within 12 hours.
+            let round = 6 * 3_600.0
+            _ = try await run("0/2", startedAgo: round, plannedAgo: round - 1_800, accounts: 75, revoked: 0)
+            _ = try await run("1/2", startedAgo: round - 5, plannedAgo: round - 1_700, accounts: 75, revoked: 0)
             // Tonight: shard 0 judges first; its sibling has started but not planned.
             let tonight = try await run("0/2", startedAgo: 0, plannedAgo: nil, accounts: 0, revoked: 0)
             _ = try await run("1/2", startedAgo: -5, plannedAgo: nil, accounts: 0, revoked: 0)
