@@ -8,24 +8,6 @@ import TestSupport
 /// The rails end to end (docs/guarantees.md, "Safety limit"): the executable against the
 /// simulator, as cron runs it, exit status and all.
 @Suite struct RailsEndToEndTests {
-    /// `total` accounts stored active; Apple refunds those `refunded` says and answers 503 to those
-    /// `unanswered` says, every time.
-    static func night(_ world: RunWorld, total: Int, refunded: (Int) -> Bool, unanswered: (Int) -> Bool = { _ in false }) async throws {
-        for index in 0..<total {
-            let account = String(format: "e%03d", index)
-            let original = "\(40_000 + index)"
-            let extra: [String: Any] = refunded(index) ? ["cancel": ["at_ms": world.nowMs - world.dayMs, "reason": 0]] : [:]
-            var spec: [String: Any] = ["generate": ["subscriptions": [world.subscription(original: original, renewals: 1, endDays: 10, extra: extra)]]]
-            if unanswered(index) {
-                spec["faults"] = [["http": 503]]
-                spec["repeat_faults"] = true
-            }
-            try await world.addReceipt(account, spec: spec)
-            try await world.store(Entitlement(accountId: account, productId: "pro.monthly", originalTransactionId: original,
-                                              state: .active, expiresAt: world.expiry(endDays: 10)))
-        }
-    }
-
     static func run(_ world: RunWorld, _ extra: [String] = []) async throws -> (status: Int32, stdout: String, stderr: String) {
         try await CLIProcess.run(["run", "--max-attempts", "1", "--report-dir", world.reportRoot.appending(path: UUID().uuidString).path] + extra,
                                  environment: RunWorld.environment(world))
@@ -36,7 +18,7 @@ import TestSupport
     /// processed it was 10 %, and applied).
     @Test func anOutageMakesTheRailStricterNeverWeaker() async throws {
         try await RunWorld.with("rails-outage") { world in
-            try await Self.night(world, total: 150, refunded: { $0 % 3 != 0 && $0 < 45 && $0 % 2 == 0 }, unanswered: { $0 % 3 == 0 })
+            try await world.populateNight(total: 150, refunded: { $0 % 3 != 0 && $0 < 45 && $0 % 2 == 0 }, unanswered: { $0 % 3 == 0 })
             let refunded = (0..<150).filter { $0 % 3 != 0 && $0 < 45 && $0 % 2 == 0 }.count
             #expect(refunded == 15)
             let before = try await world.entitlements()
@@ -51,7 +33,7 @@ import TestSupport
     /// aborts unsharded: each shard (75 accounts, under the minimum alone) exits 3 too.
     @Test func fourShardsAbortAsTheirNightDoes() async throws {
         try await RunWorld.with("rails-shards") { world in
-            try await Self.night(world, total: 300, refunded: { $0 % 5 == 0 })
+            try await world.populateNight(total: 300, refunded: { $0 % 5 == 0 })
             let before = try await world.entitlements()
             for index in 0..<4 {
                 let result = try await Self.run(world, ["--shard", "\(index)/4"])

@@ -14,24 +14,6 @@ import Throttling
 /// account verified again; the minimum over a night, never a worker; the summary's counts those
 /// of the corrections table. Each test here failed on the code before its fix.
 @Suite struct RevokeRatioTests {
-    /// A world of `total` accounts stored active: Apple refunds every account `refunded` says and
-    /// answers HTTP 503, always, for every account `unanswered` says.
-    static func night(_ world: RunWorld, total: Int, refunded: (Int) -> Bool, unanswered: (Int) -> Bool = { _ in false }) async throws {
-        for index in 0..<total {
-            let account = String(format: "n%03d", index)
-            let original = "\(20_000 + index)"
-            let extra: [String: Any] = refunded(index) ? ["cancel": ["at_ms": world.nowMs - world.dayMs, "reason": 0]] : [:]
-            var spec: [String: Any] = ["generate": ["subscriptions": [world.subscription(original: original, renewals: 1, endDays: 10, extra: extra)]]]
-            if unanswered(index) {
-                spec["faults"] = [["http": 503]]
-                spec["repeat_faults"] = true
-            }
-            try await world.addReceipt(account, spec: spec)
-            try await world.store(Entitlement(accountId: account, productId: "pro.monthly", originalTransactionId: original,
-                                              state: .active, expiresAt: world.expiry(endDays: 10)))
-        }
-    }
-
     /// A gateway that never pauses: most of Apple's answers here fail on purpose.
     static func noStormPauses() -> StormGate { StormGate(minimumSamples: 1_000) }
 
@@ -40,7 +22,7 @@ import Throttling
     /// the verified would lose access, so nothing is applied (the code before divided by 300).
     @Test func theRatioIsOverTheAccountsTheRunVerified() async throws {
         try await RunWorld.with("ratio-verified") { world in
-            try await Self.night(world, total: 300, refunded: { $0 % 3 == 0 && $0 < 60 }, unanswered: { $0 % 3 != 0 })
+            try await world.populateNight(total: 300, refunded: { $0 % 3 == 0 && $0 < 60 }, unanswered: { $0 % 3 != 0 })
             let before = try await world.entitlements()
             let (summary, ending) = try await world.run(world.options(), stormGate: Self.noStormPauses())
             #expect(summary.accountsProcessed == 300)
@@ -122,7 +104,7 @@ import Throttling
     @Test(arguments: [(300, 4, ReconciliationRun.Ending.aborted), (300, 1, .aborted), (40, 4, .completed)])
     func theMinimumCountsTheWholeNight(accounts: Int, shards: Int, expected: ReconciliationRun.Ending) async throws {
         try await RunWorld.with("ratio-night") { world in
-            try await Self.night(world, total: accounts, refunded: { $0 % 5 == 0 })
+            try await world.populateNight(total: accounts, refunded: { $0 % 5 == 0 })
             let before = try await world.entitlements()
             var verified = 0
             for index in 0..<shards {
@@ -147,7 +129,7 @@ import Throttling
     /// where it used to apply as a night of 20 under the minimum. Once the limit is raised it applies.
     @Test func aReRunOfAnAbortedPlansAccountsIsJudgedAsItsNight() async throws {
         try await RunWorld.with("ratio-rerun") { world in
-            try await Self.night(world, total: 100, refunded: { $0 % 5 == 0 })
+            try await world.populateNight(total: 100, refunded: { $0 % 5 == 0 })
             let before = try await world.entitlements()
             var options = world.options()
             options.pageSize = 50
@@ -174,7 +156,7 @@ import Throttling
     /// access are judged as if the minimum were met, and nothing is applied.
     @Test func aRunStoppedEarlyIsJudgedAsIfTheMinimumWereMet() async throws {
         try await RunWorld.with("ratio-stopped", scenario: RunWorld.heldMidRun) { world in
-            try await Self.night(world, total: 40, refunded: { $0 % 4 == 0 })
+            try await world.populateNight(total: 40, refunded: { $0 % 4 == 0 })
             let before = try await world.entitlements()
             let running = Task { try await world.run(world.slowOptions()) }
             try await world.waitForACommittedBatch()

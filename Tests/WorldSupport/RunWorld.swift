@@ -97,6 +97,24 @@ final class RunWorld: @unchecked Sendable {
         }
     }
 
+    /// A night of `total` accounts (`n000`, `n001`, ...) stored active: Apple refunds every account
+    /// `refunded` says and answers HTTP 503, always, for every account `unanswered` says.
+    func populateNight(total: Int, refunded: (Int) -> Bool, unanswered: (Int) -> Bool = { _ in false }) async throws {
+        for index in 0..<total {
+            let account = String(format: "n%03d", index)
+            let original = "\(20_000 + index)"
+            let extra: [String: Any] = refunded(index) ? ["cancel": ["at_ms": nowMs - dayMs, "reason": 0]] : [:]
+            var spec: [String: Any] = ["generate": ["subscriptions": [subscription(original: original, renewals: 1, endDays: 10, extra: extra)]]]
+            if unanswered(index) {
+                spec["faults"] = [["http": 503]]
+                spec["repeat_faults"] = true
+            }
+            try await addReceipt(account, spec: spec)
+            try await store(Entitlement(accountId: account, productId: "pro.monthly", originalTransactionId: original,
+                                        state: .active, expiresAt: expiry(endDays: 10)))
+        }
+    }
+
     func store(_ entitlement: Entitlement) async throws {
         try await connection.execute("""
             INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, latest_transaction_id, state, entitled,
