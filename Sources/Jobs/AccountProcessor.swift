@@ -101,9 +101,11 @@ struct AccountProcessor: Sendable {
         var (updates, counts) = (updates, counts)
         let union = EntitlementRules.union(verified)
         var ledger = union.map {
+            // A live answer's word is current as of this run (a signed one as of its signedDate);
+            // `receipt.in_app` is the receipt's own, perhaps old, copy.
             LedgerEntry(
                 accountId: work.accountId, transaction: $0.transaction, environment: $0.environment, source: LedgerSource($0.source),
-                signed: $0.signed)
+                signed: $0.signed, asOf: $0.fromLatestReceiptInfo ? $0.signed?.signedDate ?? now : nil)
         }
         let isVerified = counts.outcome == .verified && !work.receipts.isEmpty
         // Rows the account's last full verification already wrote are not sent again, within

@@ -136,15 +136,12 @@ struct NotificationProcessor: Sendable {
         }
         if let transaction = verified.transaction {
             let environment = AppleEnvironment(appleName: transaction.rawEnvironment ?? payload.rawEnvironment) ?? .production
+            // Apple's word as of the notification's signedDate (verified): a later one wins, an
+            // older one (a REFUND retried after its REFUND_REVERSED) changes nothing; a reversal
+            // (its transaction without a revocation) clears the refund and is journaled then.
             try await tx.upsertLedger([LedgerEntry(
                 accountId: account, transaction: transaction.ledgerTransaction, environment: environment, source: .notificationV2,
-                signed: transaction.signedTerms)])
-            // Only Apple's signed word clears a refund: a reversal whose transaction no longer carries one.
-            if payload.notificationType == .refundReversed && transaction.revocationDate == nil {
-                // Dated when Apple reversed it: the notification's signedDate (verified), else its transaction's.
-                let reversedAt = payload.signedDate ?? transaction.signedDate ?? tx.now
-                try await tx.clearRevocation(transactionId: transaction.transactionId, source: .notificationV2, reversedAt: reversedAt)
-            }
+                signed: transaction.signedTerms, asOf: payload.signedDate ?? transaction.signedDate ?? tx.now)])
         }
         try await tx.record(.applied, accountId: account)
         return Processed(type: type, label: label, outcome: .applied, account: account)

@@ -23,6 +23,11 @@ extension ReconciliationRun {
                 logger.notice("run.adopted", metadata: ["run.corrections": "\(summary.correctionsAdopted)"])
             }
         }
+        if !options.isDryRun {
+            // What a migration asked the journal to look at again (Migrations/0024); nothing on most nights.
+            let events = try await withDatabaseRetry(logger: logger) { try await writer.drainJournalBacklog() }
+            if events > 0 { logger.notice("finance.backlog_recorded", metadata: ["finance.events": "\(events)"]) }
+        }
         if !options.isDryRun && options.retriesQuarantined {
             let released = try await writer.releaseQuarantinedAccounts(now: now)
             logger.notice("account.quarantine_released", metadata: ["account.count": "\(released)"])

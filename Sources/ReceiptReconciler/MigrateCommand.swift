@@ -1,6 +1,7 @@
 import ArgumentParser
 import Postgres
 import SchemaMigrations
+import Storage
 
 struct MigrateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -21,6 +22,10 @@ struct MigrateCommand: AsyncParsableCommand {
         try await runReportingErrors(logger: logger) {
             let connection = try await PostgresConnection.connect(try database.connectionString())
             let applied = try await Migrator(logger: logger).migrate(connection)
+            // Adjustments a migration found owed (Migrations/0024: signed terms learned after the
+            // catalog's were journaled) are recorded now, by the journal's own rules.
+            let events = try await ReconciliationStore(connection: connection).drainJournalBacklog()
+            if events > 0 { print("Recorded \(events) finance journal event(s) the migrations found owed.") }
             await connection.close()
             if applied.isEmpty {
                 print("Schema up to date (\(Migration.bundled.count) migrations).")

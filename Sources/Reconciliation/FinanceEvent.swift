@@ -12,6 +12,9 @@ public struct FinanceEvent: Sendable, Equatable {
         case refund
         /// Apple reversed a refund: the money came back, at the reversal's own time.
         case refundReversal = "refund_reversal"
+        /// Apple's better word on an event recorded before (its signed price, another currency, a
+        /// refund's percentage): the difference, at the corrected event's time (`adjusts`).
+        case adjustment
     }
 
     /// Where the price behind `amount` came from (`amount_source`).
@@ -56,6 +59,8 @@ public struct FinanceEvent: Sendable, Equatable {
     public var storefront: String? = nil
     /// When the job recorded the event: what `--as-of` compares.
     public var recordedAt: Date
+    /// The event an adjustment corrects; nil on every other event.
+    public var adjusts: Kind? = nil
 
     public init(kind: Kind, time: Date, accountId: String, productId: String, productType: String, transactionId: String,
                 originalTransactionId: String?, webOrderLineItemId: String?, purchaseDate: Date?, expiresDate: Date?,

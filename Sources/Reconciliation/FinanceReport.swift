@@ -10,7 +10,7 @@ public enum FinanceReport {
         "web_order_line_item_id", "purchase_date", "expires_date", "cancellation_date", "cancellation_reason", "quantity",
         "is_trial_period", "is_in_intro_offer_period", "offer_code_ref_name", "promotional_offer_id", "ownership_type",
         "environment", "price", "currency",
-        "amount", "amount_source", "revocation_type", "revocation_percentage", "storefront", "recorded_at",
+        "amount", "amount_source", "revocation_type", "revocation_percentage", "storefront", "recorded_at", "adjusts",
     ]
 
     public static func fields(_ event: FinanceEvent) -> [String?] {
@@ -24,6 +24,7 @@ public enum FinanceReport {
             event.promotionalOfferId, event.ownershipType, event.environment, event.price.map(MoneyText.decimal(milliunits:)),
             event.currency, event.amount.map(MoneyText.decimal(milliunits:)), event.amountSource.rawValue, event.revocationType,
             event.revocationPercentage.map(String.init), event.storefront, Timestamp.format(event.recordedAt),
+            event.adjusts?.rawValue,
         ]
     }
 }

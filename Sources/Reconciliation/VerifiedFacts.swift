@@ -115,9 +115,13 @@ public struct SignedTerms: Sendable, Equatable {
     public var appTransactionId: String?
     /// Apple's signed `type` of the product (`Auto-Renewable Subscription`, `Non-Consumable`, ...), as written.
     public var rawProductType: String?
+    /// When Apple signed this snapshot of the transaction: a later one's word wins.
+    public var signedDate: Date?
 
     public init(price: Price? = nil, rawRevocationType: String? = nil, revocationPercentage: Int? = nil, rawOfferDiscountType: String? = nil,
-                offerPeriod: String? = nil, storefront: String? = nil, appTransactionId: String? = nil, rawProductType: String? = nil) {
+                offerPeriod: String? = nil, storefront: String? = nil, appTransactionId: String? = nil, rawProductType: String? = nil,
+                signedDate: Date? = nil) {
+        self.signedDate = signedDate
         self.price = price
         self.rawRevocationType = rawRevocationType
         self.revocationPercentage = revocationPercentage
@@ -160,7 +164,7 @@ extension JWSTransaction {
         SignedTerms(
             price: signedPrice, rawRevocationType: rawRevocationType, revocationPercentage: revocationPercentage,
             rawOfferDiscountType: rawOfferDiscountType, offerPeriod: offerPeriod, storefront: storefront, appTransactionId: appTransactionId,
-            rawProductType: rawType)
+            rawProductType: rawType, signedDate: signedDate)
     }
 }
 

@@ -7,7 +7,7 @@ import Reconciliation
 /// streamed through a cursor, so a year of a large app exports in bounded memory. The CSV they
 /// become is `FinanceReport`'s.
 public enum FinanceLedger {
-    /// The advisory key journal writers hold shared until they commit (`iap.record_finance_events`).
+    /// The advisory key journal writers hold shared until they commit (`FinanceJournal.record`).
     static let recordingKey: Int64 = 0x7272_6669_6E6A  // "rrfinj"
 
     /// "Now" for an export: a time at which every event recorded at or before it has committed,
@@ -78,6 +78,7 @@ public enum FinanceLedger {
         event.revocationType = try row.decode("revocation_type")
         event.revocationPercentage = try row.decode("revocation_percentage")
         event.storefront = try row.decode("storefront")
+        event.adjusts = try row.decode("adjusts", as: String?.self).flatMap(FinanceEvent.Kind.init(rawValue:))
         return event
     }
 }

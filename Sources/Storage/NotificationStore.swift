@@ -224,10 +224,6 @@ public struct NotificationWrite {
     public func upsertLedger(_ entries: [LedgerEntry]) async throws {
         try await ledger.upsertLedger(entries)
     }
-
-    public func clearRevocation(transactionId: String, source: LedgerSource, reversedAt: Date) async throws {
-        try await ledger.clearRevocation(transactionId: transactionId, source: source, reversedAt: reversedAt)
-    }
 }
 
 /// A handle of one transaction, on the task that runs it: never sent elsewhere.

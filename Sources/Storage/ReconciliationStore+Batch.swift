@@ -133,12 +133,11 @@ extension ReconciliationStore {
             """)
     }
 
-    /// Upserts transactions; a recorded cancellation is never cleared by an answer that omits it,
-    /// and an unchanged transaction is not rewritten. The money events the new and changed rows
-    /// reveal go into the finance journal in the same transaction (Migrations/0020): a new row's
-    /// sale (and refund), a changed row's refund. A row changed otherwise reveals no money (its
-    /// sale was recorded when it was new), so it is not looked up again: most rows a night
-    /// rewrites are of that kind, and the lookup doubled the journal's cost.
+    /// Upserts transactions (docs/database.md, "The ledger"): what Apple says fills in and wins,
+    /// what it leaves out is kept; a cancellation follows Apple's latest word: an older signed
+    /// snapshot than the row's changes none, only a current word (a live answer, a newer signed
+    /// snapshot) clears one. An unchanged transaction is not rewritten. The money events the new and changed rows reveal go
+    /// into the finance journal in the same transaction (`FinanceJournal.record`).
     public func upsertLedger(_ entries: [LedgerEntry]) async throws {
         var seen = Set<String>()
         let unique = entries.filter { seen.insert($0.transaction.transactionId).inserted }
@@ -152,7 +151,7 @@ extension ReconciliationStore {
                 is_in_intro_offer_period, quantity, web_order_line_item_id, subscription_group_identifier,
                 offer_code_ref_name, promotional_offer_id, ownership_type, environment, price_milliunits, currency, source,
                 revocation_type, revocation_percentage, offer_discount_type, offer_period, storefront, app_transaction_id,
-                signed_product_type)
+                signed_product_type, apple_as_of)
             SELECT * FROM unnest(
                 \(PostgresArray(transactions.map(\.transactionId)))::text[],
                 \(PostgresArray(unique.map(\.accountId)))::text[],
@@ -182,15 +181,33 @@ extension ReconciliationStore {
                 \(PostgresArray(signed.map { $0?.offerPeriod }))::text[],
                 \(PostgresArray(signed.map { $0?.storefront }))::text[],
                 \(PostgresArray(signed.map { $0?.appTransactionId }))::text[],
-                \(PostgresArray(signed.map { $0?.rawProductType }))::text[])
+                \(PostgresArray(signed.map { $0?.rawProductType }))::text[],
+                \(PostgresArray(unique.map(\.asOf)))::timestamptz[])
             ON CONFLICT (transaction_id) DO UPDATE SET
                 product_id                    = EXCLUDED.product_id,
                 original_transaction_id       = COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
                 purchase_date                 = COALESCE(EXCLUDED.purchase_date, t.purchase_date),
                 original_purchase_date        = COALESCE(EXCLUDED.original_purchase_date, t.original_purchase_date),
                 expires_date                  = COALESCE(EXCLUDED.expires_date, t.expires_date),
-                cancellation_date             = COALESCE(EXCLUDED.cancellation_date, t.cancellation_date),
-                cancellation_reason           = COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason),
+                -- A cancellation is state, as of Apple's word: an older signed snapshot keeps the
+                -- row's, a current word decides (without one, the purchase was reinstated), an
+                -- undated word cannot bring back one the row's later word no longer showed.
+                cancellation_date             = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.cancellation_date
+                                                     WHEN EXCLUDED.apple_as_of IS NOT NULL THEN EXCLUDED.cancellation_date
+                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN NULL
+                                                     ELSE COALESCE(EXCLUDED.cancellation_date, t.cancellation_date) END,
+                cancellation_reason           = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.cancellation_reason
+                                                     WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
+                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.cancellation_reason
+                                                     ELSE COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason) END,
+                revocation_type               = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.revocation_type
+                                                     WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
+                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_type
+                                                     ELSE COALESCE(EXCLUDED.revocation_type, t.revocation_type) END,
+                revocation_percentage         = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.revocation_percentage
+                                                     WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
+                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_percentage
+                                                     ELSE COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage) END,
                 is_upgraded                   = COALESCE(EXCLUDED.is_upgraded, t.is_upgraded),
                 is_trial_period               = COALESCE(EXCLUDED.is_trial_period, t.is_trial_period),
                 is_in_intro_offer_period      = COALESCE(EXCLUDED.is_in_intro_offer_period, t.is_in_intro_offer_period),
@@ -204,13 +221,12 @@ extension ReconciliationStore {
                 price_milliunits              = COALESCE(EXCLUDED.price_milliunits, t.price_milliunits),
                 currency                      = COALESCE(EXCLUDED.currency, t.currency),
                 source                        = EXCLUDED.source,
-                revocation_type               = COALESCE(EXCLUDED.revocation_type, t.revocation_type),
-                revocation_percentage         = COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage),
                 offer_discount_type           = COALESCE(EXCLUDED.offer_discount_type, t.offer_discount_type),
                 offer_period                  = COALESCE(EXCLUDED.offer_period, t.offer_period),
                 storefront                    = COALESCE(EXCLUDED.storefront, t.storefront),
                 app_transaction_id            = COALESCE(EXCLUDED.app_transaction_id, t.app_transaction_id),
                 signed_product_type           = COALESCE(EXCLUDED.signed_product_type, t.signed_product_type),
+                apple_as_of                   = GREATEST(t.apple_as_of, EXCLUDED.apple_as_of),
                 updated_at                    = now()
             WHERE (t.product_id, t.original_transaction_id, t.purchase_date, t.original_purchase_date, t.expires_date,
                    t.cancellation_date, t.cancellation_reason, t.is_upgraded, t.is_trial_period,
@@ -223,8 +239,14 @@ extension ReconciliationStore {
                    COALESCE(EXCLUDED.purchase_date, t.purchase_date),
                    COALESCE(EXCLUDED.original_purchase_date, t.original_purchase_date),
                    COALESCE(EXCLUDED.expires_date, t.expires_date),
-                   COALESCE(EXCLUDED.cancellation_date, t.cancellation_date),
-                   COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason),
+                   CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.cancellation_date
+                                                     WHEN EXCLUDED.apple_as_of IS NOT NULL THEN EXCLUDED.cancellation_date
+                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN NULL
+                                                     ELSE COALESCE(EXCLUDED.cancellation_date, t.cancellation_date) END,
+                   CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.cancellation_reason
+                                                     WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
+                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.cancellation_reason
+                                                     ELSE COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason) END,
                    COALESCE(EXCLUDED.is_upgraded, t.is_upgraded), COALESCE(EXCLUDED.is_trial_period, t.is_trial_period),
                    COALESCE(EXCLUDED.is_in_intro_offer_period, t.is_in_intro_offer_period),
                    COALESCE(EXCLUDED.quantity, t.quantity),
@@ -234,33 +256,21 @@ extension ReconciliationStore {
                    COALESCE(EXCLUDED.promotional_offer_id, t.promotional_offer_id),
                    COALESCE(EXCLUDED.ownership_type, t.ownership_type), COALESCE(EXCLUDED.environment, t.environment),
                    COALESCE(EXCLUDED.price_milliunits, t.price_milliunits), COALESCE(EXCLUDED.currency, t.currency),
-                   COALESCE(EXCLUDED.revocation_type, t.revocation_type),
-                   COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage),
+                   CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.revocation_type
+                                                     WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
+                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_type
+                                                     ELSE COALESCE(EXCLUDED.revocation_type, t.revocation_type) END,
+                   CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.revocation_percentage
+                                                     WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
+                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_percentage
+                                                     ELSE COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage) END,
                    COALESCE(EXCLUDED.offer_discount_type, t.offer_discount_type), COALESCE(EXCLUDED.offer_period, t.offer_period),
                    COALESCE(EXCLUDED.storefront, t.storefront), COALESCE(EXCLUDED.app_transaction_id, t.app_transaction_id),
                    COALESCE(EXCLUDED.signed_product_type, t.signed_product_type))
-            RETURNING t.transaction_id, t.xmax = 0 AS inserted, t.cancellation_date IS NOT NULL AS cancelled
+            RETURNING t.transaction_id
             """)
-        // `xmax = 0`: the row was inserted, not updated (PostgreSQL's mark of an upsert's insert).
-        let written: [String] = try rows.compactMap { row in
-            try row.decode("inserted", as: Bool.self) || row.decode("cancelled", as: Bool.self) ? try row.decode("transaction_id") : nil
-        }
-        guard !written.isEmpty else { return }
-        try await connection.execute("SELECT iap.record_finance_events(\(written)::text[])")
-    }
-
-    /// Clears a transaction's refund: only when Apple's signed data says it was reversed (a V2
-    /// REFUND_REVERSED whose signed transaction has no revocationDate). Other writes never clear one.
-    /// The finance journal records the reversal at `reversedAt` (the notification's signedDate) in
-    /// the same transaction; the refund stays in its own month.
-    public func clearRevocation(transactionId: String, source: LedgerSource, reversedAt: Date) async throws {
-        try await connection.execute("SELECT iap.record_refund_reversal(\(transactionId), \(reversedAt))")
-        try await connection.execute("""
-            UPDATE iap.transactions
-            SET cancellation_date = NULL, cancellation_reason = NULL, revocation_type = NULL, revocation_percentage = NULL,
-                source = \(source.rawValue), updated_at = now()
-            WHERE transaction_id = \(transactionId) AND (cancellation_date IS NOT NULL OR cancellation_reason IS NOT NULL)
-            """)
+        let written: [String] = try rows.map { try $0.decode("transaction_id") }
+        try await FinanceJournal.record(written, connection: connection)
     }
 
     func insertPlannedCorrections(runId: Int64, _ corrections: [Correction]) async throws {

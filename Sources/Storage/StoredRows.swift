@@ -97,13 +97,19 @@ public struct LedgerEntry: Sendable {
     public var source: LedgerSource
     /// The transaction's money terms (its own price, how it was revoked), where Apple's signed data gave them.
     public var signed: SignedTerms?
+    /// When Apple gave this word, where it is current (docs/database.md, "The ledger"): a signed
+    /// snapshot's `signedDate`, a live answer's time; nil for a stored, undated word (a v1
+    /// notification, `receipt.in_app`), which can add a cancellation but never clear one.
+    public var asOf: Date?
 
-    public init(accountId: String, transaction: Transaction, environment: AppleEnvironment, source: LedgerSource, signed: SignedTerms? = nil) {
+    public init(accountId: String, transaction: Transaction, environment: AppleEnvironment, source: LedgerSource, signed: SignedTerms? = nil,
+                asOf: Date? = nil) {
         self.accountId = accountId
         self.transaction = transaction
         self.environment = environment
         self.source = source
         self.signed = signed
+        self.asOf = asOf
     }
 
     /// The meaning of the digest. Raise it whenever the ledger's columns or what the run writes

@@ -1,6 +1,7 @@
 import CivilCalendar
 import Foundation
 import Postgres
+import Storage
 import Testing
 import TestSupport
 @testable import WorldSupport
@@ -17,7 +18,8 @@ import TestSupport
                 VALUES ('9001', \(Self.hostileAccount), '9001', '@SUM(1+1)', now() - interval '1 hour', 1, '+cmd|'' /C calc''!A0',
                         'Production', -990, 'EUR')
                 """)
-            try await world.connection.execute("SELECT iap.record_finance_events(ARRAY['9001'])")
+            try await world.connection.execute("INSERT INTO iap.journal_backlog VALUES ('9001')")
+            _ = try await ReconciliationStore(connection: world.connection).drainJournalBacklog()
             let environment = ["DATABASE_URL": world.database.connectionString]
             let from = Timestamp.day(Date().addingTimeInterval(-86_400)), to = Timestamp.day(Date().addingTimeInterval(86_400))
             let safe = try await CLIProcess.run(["export-finance", "--from", from, "--to", to], environment: environment)

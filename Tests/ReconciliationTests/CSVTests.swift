@@ -53,12 +53,16 @@ import Testing
         refund.revocationType = "REFUND_PRORATED"
         refund.revocationPercentage = 72_500
         refund.storefront = "USA"
-        #expect(FinanceReport.columns.count == 27)
+        #expect(FinanceReport.columns.count == 28)
         #expect(FinanceReport.fields(refund) == [
             "refund", "2025-11-15T09:30:00.500Z", "carol", "lifetime", "non_consumable", "3000", "3000", nil,
             "2025-11-01T12:26:40.000Z", nil, "2025-11-15T09:30:00.500Z", "1", "1", "false", nil, nil, nil, "PURCHASED",
-            "Production", "59.99", "USD", "-43.493", "signed", "REFUND_PRORATED", "72500", "USA", "2025-11-16T13:33:20.250Z",
+            "Production", "59.99", "USD", "-43.493", "signed", "REFUND_PRORATED", "72500", "USA", "2025-11-16T13:33:20.250Z", nil,
         ])
+        refund.kind = .adjustment
+        refund.adjusts = .refund
+        #expect(FinanceReport.fields(refund).first == "adjustment")
+        #expect(FinanceReport.fields(refund).last == "refund")
     }
 
     /// Money as text, by hand: milliunits to plain decimals, at most three places, no exponent.

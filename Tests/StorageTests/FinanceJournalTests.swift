@@ -28,12 +28,21 @@ import TestSupport
         return try JWSTransaction(json: Array(JSONSerialization.data(withJSONObject: fields)))
     }
 
-    static func write(_ transactions: [JWSTransaction], account: String = "payer", _ connection: PostgresConnection) async throws {
+    /// Apple's signed word, as of its signedDate unless `asOf` says otherwise.
+    static func write(_ transactions: [JWSTransaction], account: String = "payer", asOf: Date? = nil, _ connection: PostgresConnection) async throws {
         try await connection.withTransaction { connection in
             try await ReconciliationStore(connection: connection).upsertLedger(transactions.map {
-                LedgerEntry(accountId: account, transaction: $0.ledgerTransaction, environment: .sandbox, source: .serverAPI, signed: $0.signedTerms)
+                LedgerEntry(accountId: account, transaction: $0.ledgerTransaction, environment: .sandbox, source: .serverAPI, signed: $0.signedTerms,
+                            asOf: asOf ?? $0.signedDate)
             })
         }
+    }
+
+    /// Apple's REFUND_REVERSED: the transaction signed again at `at`, without its revocation.
+    static func reverse(_ transaction: JWSTransaction, account: String = "payer", at: Date, _ connection: PostgresConnection) async throws {
+        var reinstated = transaction
+        (reinstated.revocationDate, reinstated.revocationReason, reinstated.rawRevocationType, reinstated.revocationPercentage) = (nil, nil, nil, nil)
+        try await write([reinstated], account: account, asOf: at, connection)
     }
 
     /// `event amount amount_source`, in order, for one transaction.
@@ -96,9 +105,8 @@ import TestSupport
         #expect(try await Self.journal(connection) == example.events)
         // The same Apple history again (and once more with the same rows) adds nothing.
         try await Self.write([transaction], connection)
-        try await connection.withTransaction { connection in
-            _ = try await connection.execute("SELECT iap.record_finance_events(ARRAY[\(transaction.transactionId)])")
-        }
+        try await connection.execute("INSERT INTO iap.journal_backlog VALUES (\(transaction.transactionId))")
+        #expect(try await ReconciliationStore(connection: connection).drainJournalBacklog() == 0)
         #expect(try await Self.journal(connection) == example.events)
         await connection.close()
         try await database.drop()
@@ -116,7 +124,8 @@ import TestSupport
             """)
         let signed = try Self.transaction(["isUpgraded": false, "revocationDate": NSNull(), "revocationReason": NSNull()])
         let unsigned = try Self.transaction(["isUpgraded": false, "revocationDate": NSNull(), "revocationReason": NSNull(),
-                                             "transactionId": "23457", "price": NSNull(), "currency": NSNull()])
+                                             "transactionId": "23457", "price": NSNull(), "currency": NSNull(),
+                                             "webOrderLineItemId": "34344"])
         try await Self.write([signed, unsigned], connection)
         #expect(try await Self.journal(connection, transaction: "23456") == ["renewal 10990 signed"])
         #expect(try await Self.journal(connection, transaction: "23457") == ["renewal 4990 catalog"])
@@ -146,18 +155,18 @@ import TestSupport
         let refunded = try Self.transaction(["isUpgraded": false])
         try await Self.write([refunded], connection)
         let reversedAt = Date(timeIntervalSince1970: 1_698_200_000)
-        try await connection.withTransaction { connection in
-            try await ReconciliationStore(connection: connection).clearRevocation(transactionId: "23456", source: .notificationV2, reversedAt: reversedAt)
-        }
+        try await Self.reverse(refunded, at: reversedAt, connection)
         #expect(try await Self.journal(connection) == ["renewal 10990 signed", "refund -5495 signed", "refund_reversal 5495 signed"])
         let reversal = try await connection.query("SELECT event_time FROM iap.finance_journal WHERE event = 'refund_reversal'")[0]
         #expect(try reversal.decode("event_time", as: Date.self) == reversedAt)
         // Reversed twice (Apple resends): still one reversal.
-        try await connection.withTransaction { connection in
-            try await ReconciliationStore(connection: connection).clearRevocation(transactionId: "23456", source: .notificationV2, reversedAt: reversedAt)
-        }
+        try await Self.reverse(refunded, at: reversedAt, connection)
+        // The old REFUND read again (signed before the reversal): stale, it changes nothing.
+        try await Self.write([refunded], connection)
+        #expect(try await Self.journal(connection).count == 3)
         // Refunded again, in full this time.
-        try await Self.write([try Self.transaction(["isUpgraded": false, "revocationType": "REFUND_FULL", "revocationDate": 1_698_300_000_000])], connection)
+        try await Self.write([try Self.transaction(["isUpgraded": false, "revocationType": "REFUND_FULL", "revocationDate": 1_698_300_000_000,
+                                                    "signedDate": 1_698_300_000_000])], connection)
         #expect(try await Self.journal(connection) == [
             "renewal 10990 signed", "refund -5495 signed", "refund_reversal 5495 signed", "refund -10990 signed",
         ])
@@ -229,10 +238,7 @@ import TestSupport
             if generator.next() % 2 == 0 { try await Self.write(history, account: "c\(chain)", connection) }
             // Some refunds reversed: the reversal gives back exactly what the refund took.
             for transaction in history where transaction.revocationDate != nil && generator.next() % 3 == 0 {
-                try await connection.withTransaction { connection in
-                    try await ReconciliationStore(connection: connection).clearRevocation(
-                        transactionId: transaction.transactionId, source: .notificationV2, reversedAt: Date(timeIntervalSince1970: 1_760_000_000))
-                }
+                try await Self.reverse(transaction, account: "c\(chain)", at: Date(timeIntervalSince1970: 1_760_000_000), connection)
                 let refunded = try await connection.query("""
                     SELECT coalesce(sum(amount_milliunits), 0)::bigint AS taken FROM iap.finance_journal
                     WHERE transaction_id = \(transaction.transactionId) AND event = 'refund'

@@ -1,0 +1,168 @@
+import AppStoreModels
+import Foundation
+import Hashing
+import Postgres
+import Reconciliation
+
+/// The finance journal, written (docs/reports.md, "The finance journal"): the rules are
+/// `JournalRules`; this reads what they need, locks each sale, and appends what they say, in the
+/// caller's transaction, so an event commits with the ledger change that revealed it.
+public enum FinanceJournal {
+    /// Records the money events these ledger rows reveal and the journal lacks. Returns how many.
+    ///
+    /// Writers hold `FinanceLedger.recordingKey` shared from before their rows are stamped until
+    /// they commit (an export takes it exclusively to fix its "as of"), and each sale's own key
+    /// exclusively, taken in order: two writers of one sale (a restored copy on another shard)
+    /// take turns, and the second sees what the first recorded.
+    @discardableResult
+    static func record(_ transactionIds: [String], connection: PostgresConnection) async throws -> Int {
+        guard !transactionIds.isEmpty else { return 0 }
+        try await connection.execute("SELECT pg_advisory_xact_lock_shared(\(FinanceLedger.recordingKey))")
+        var rows = try await ledgerRows(transactionIds, connection: connection)
+        guard !rows.isEmpty else { return 0 }
+        var keyOf = rows.mapValues(JournalRules.saleKey)
+        let keys = Array(Set(keyOf.values)).sorted()
+        try await connection.execute("""
+            SELECT pg_advisory_xact_lock(\(saleLockSpace), k) FROM (SELECT k FROM unnest(\(PostgresArray(keys.map(saleLock)))::integer[]) k ORDER BY k) s
+            """)
+        let stamp: Date = try await connection.query("SELECT date_trunc('milliseconds', clock_timestamp()) AS stamp")[0].decode("stamp")
+        // Rows recorded before sales had keys are found by their own transaction id.
+        var recorded: [String: [JournalRecord]] = [:]
+        var named = Set<String>()
+        for row in try await connection.query("""
+            SELECT event, adjusts, transaction_id, event_time, amount_milliunits, currency, price_milliunits, amount_source, sale_key
+            FROM iap.finance_journal WHERE sale_key = ANY(\(keys)) OR transaction_id = ANY(\(Array(rows.keys)))
+            ORDER BY id
+            """) {
+            let record = try Self.record(row)
+            guard let key = try row.decode("sale_key", as: String?.self) ?? keyOf[record.transactionId] else { continue }
+            recorded[key, default: []].append(record)
+            named.insert(record.transactionId)
+        }
+        // A recorded event's own row decides whether its refund still stands: read it too.
+        let unread = named.subtracting(rows.keys)
+        if !unread.isEmpty {
+            for (id, row) in try await ledgerRows(Array(unread), connection: connection) {
+                rows[id] = row
+                keyOf[id] = keyOf[id] ?? recorded.first { $0.value.contains { $0.transactionId == id } }?.key
+            }
+        }
+        var appends: [(key: String, append: JournalAppend)] = []
+        for key in keys {
+            let records = recorded[key] ?? []
+            let ids = Set(records.map(\.transactionId))
+            let sale = rows.values.filter { keyOf[$0.transactionId] == key || ids.contains($0.transactionId) }
+            appends += JournalRules.appends(rows: sale, recorded: records, now: stamp).map { (key, $0) }
+        }
+        guard !appends.isEmpty else { return 0 }
+        return try await connection.execute("""
+            INSERT INTO iap.finance_journal (
+                event, event_time, occurrence, recorded_at, account_id, product_id, product_type, transaction_id, original_transaction_id,
+                web_order_line_item_id, purchase_date, expires_date, cancellation_date, cancellation_reason, quantity, is_trial_period,
+                is_in_intro_offer_period, offer_code_ref_name, promotional_offer_id, ownership_type, environment, price_milliunits,
+                currency, amount_milliunits, amount_source, revocation_type, revocation_percentage, storefront, adjusts, sale_key)
+            SELECT a.event, a.event_time, a.occurrence, \(stamp), t.account_id, t.product_id, a.product_type, t.transaction_id,
+                   t.original_transaction_id, t.web_order_line_item_id, t.purchase_date, t.expires_date, t.cancellation_date,
+                   t.cancellation_reason, t.quantity, t.is_trial_period, t.is_in_intro_offer_period, t.offer_code_ref_name,
+                   t.promotional_offer_id, t.ownership_type, t.environment, a.price, a.currency, a.amount, a.amount_source,
+                   t.revocation_type, t.revocation_percentage, t.storefront, a.adjusts, a.sale_key
+            FROM unnest(
+                \(PostgresArray(appends.map(\.append.kind.rawValue)))::text[],
+                \(PostgresArray(appends.map(\.append.time)))::timestamptz[],
+                \(PostgresArray(appends.map(\.append.occurrence)))::integer[],
+                \(PostgresArray(appends.map { rows[$0.append.transactionId]?.productType.rawValue }))::text[],
+                \(PostgresArray(appends.map(\.append.transactionId)))::text[],
+                \(PostgresArray(appends.map(\.append.price)))::bigint[],
+                \(PostgresArray(appends.map(\.append.currency)))::text[],
+                \(PostgresArray(appends.map(\.append.amount)))::bigint[],
+                \(PostgresArray(appends.map(\.append.amountSource.rawValue)))::text[],
+                \(PostgresArray(appends.map { $0.append.adjusts?.rawValue }))::text[],
+                \(PostgresArray(appends.map(\.key)))::text[]) WITH ORDINALITY
+                AS a(event, event_time, occurrence, product_type, transaction_id, price, currency, amount, amount_source, adjusts, sale_key, n)
+            JOIN iap.transactions t USING (transaction_id)
+            ORDER BY a.n
+            ON CONFLICT (transaction_id, event, occurrence) DO NOTHING
+            """)
+    }
+
+    /// Records what the journal's backlog (Migrations/0024) asks to look at again, a thousand
+    /// ledger rows a transaction. Returns how many events it recorded.
+    @discardableResult
+    public static func drainBacklog(connection: PostgresConnection) async throws -> Int {
+        var recorded = 0
+        while true {
+            let (ids, events) = try await connection.withTransaction { connection in
+                let ids: [String] = try await connection.query("""
+                    DELETE FROM iap.journal_backlog WHERE transaction_id IN (
+                        SELECT transaction_id FROM iap.journal_backlog ORDER BY transaction_id LIMIT 1000 FOR UPDATE SKIP LOCKED)
+                    RETURNING transaction_id
+                    """).map { try $0.decode("transaction_id") }
+                return (ids, try await record(ids, connection: connection))
+            }
+            recorded += events
+            if ids.isEmpty { return recorded }
+        }
+    }
+
+    /// Advisory locks of sales: `pg_advisory_xact_lock(saleLockSpace, saleLock(key))`, a space
+    /// of their own ("rj"), apart from the job's single-key locks.
+    static let saleLockSpace: Int32 = 0x726A
+    static func saleLock(_ key: String) -> Int32 {
+        var hash = FNV1a()
+        hash.combine(key)
+        return Int32(truncatingIfNeeded: hash.value)
+    }
+
+    static func ledgerRows(_ ids: [String], connection: PostgresConnection) async throws -> [String: JournalTransaction] {
+        var rows: [String: JournalTransaction] = [:]
+        for row in try await connection.query("""
+            SELECT t.transaction_id, t.original_transaction_id, t.web_order_line_item_id, t.signed_product_type, t.expires_date,
+                   t.purchase_date, t.cancellation_date, t.cancellation_reason, t.is_upgraded, t.is_trial_period, t.ownership_type,
+                   t.offer_discount_type, t.price_milliunits, t.currency, t.revocation_type, t.revocation_percentage, t.apple_as_of,
+                   p.type AS catalog_type, p.currency AS catalog_currency,
+                   -- The catalog is the operator's: a price past a trillion is no price, never an overflow.
+                   CASE WHEN p.price BETWEEN 0 AND 1e12 THEN round(p.price * 1000)::bigint END AS catalog_price
+            FROM iap.transactions t LEFT JOIN iap.products p USING (product_id)
+            WHERE t.transaction_id = ANY(\(ids))
+            """) {
+            let signedType = try row.decode("signed_product_type", as: String?.self).flatMap(SignedProductType.init(rawValue:))
+                .flatMap { signed in ProductType.allCases.first { $0.signedType == signed } }
+            let catalogType = try row.decode("catalog_type", as: String?.self).flatMap(ProductType.init(rawValue:))
+            let expires: Date? = try row.decode("expires_date")
+            func price(_ amount: String, _ currency: String) throws -> Price? {
+                guard let milliunits = try row.decode(amount, as: Int64?.self), let code = try row.decode(currency, as: String?.self) else { return nil }
+                return Price(milliunits: milliunits, currency: code)
+            }
+            let transaction = JournalTransaction(
+                transactionId: try row.decode("transaction_id"), originalTransactionId: try row.decode("original_transaction_id"),
+                webOrderLineItemId: try row.decode("web_order_line_item_id"),
+                productType: signedType ?? catalogType ?? (expires != nil ? .autoRenewable : .nonConsumable),
+                purchaseDate: try row.decode("purchase_date"), cancellationDate: try row.decode("cancellation_date"),
+                cancellationReason: try row.decode("cancellation_reason"), isUpgraded: try row.decode("is_upgraded"),
+                isTrialPeriod: try row.decode("is_trial_period"), ownershipType: try row.decode("ownership_type"),
+                offerDiscountType: try row.decode("offer_discount_type"), signedPrice: try price("price_milliunits", "currency"),
+                catalogPrice: try price("catalog_price", "catalog_currency"), revocationType: try row.decode("revocation_type"),
+                revocationPercentage: try row.decode("revocation_percentage"), appleAsOf: try row.decode("apple_as_of"))
+            rows[transaction.transactionId] = transaction
+        }
+        return rows
+    }
+
+    static func record(_ row: PostgresRow) throws -> JournalRecord {
+        guard let kind = FinanceEvent.Kind(rawValue: try row.decode("event")),
+              let source = FinanceEvent.AmountSource(rawValue: try row.decode("amount_source")) else {
+            throw PostgresError(code: .decoding, phase: .decode, message: "unknown finance event or amount source", column: "event")
+        }
+        return JournalRecord(
+            kind: kind, adjusts: try row.decode("adjusts", as: String?.self).flatMap(FinanceEvent.Kind.init(rawValue:)),
+            transactionId: try row.decode("transaction_id"), time: try row.decode("event_time"), amount: try row.decode("amount_milliunits"),
+            currency: try row.decode("currency"), price: try row.decode("price_milliunits"), amountSource: source)
+    }
+}
+
+extension ReconciliationStore {
+    /// `FinanceJournal.drainBacklog` on this session.
+    public func drainJournalBacklog() async throws -> Int {
+        try await FinanceJournal.drainBacklog(connection: connection)
+    }
+}
