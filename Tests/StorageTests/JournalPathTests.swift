@@ -1,0 +1,237 @@
+import AppStoreModels
+import Foundation
+import Hashing
+import Logging
+import Postgres
+import Reconciliation
+import SchemaMigrations
+import Storage
+import Testing
+import TestSupport
+
+/// The journal right on every path (docs/reports.md, "Right on every path"), as a property: random
+/// worlds of sales (currencies, offers, trials, family copies, full and prorated refunds,
+/// reversals, restored copies sharing a web order line item, quantities) told to the job through
+/// random sources in random orders (verifyReceipt's live answer, a v1 notification, a V2
+/// notification or history's copy of it, stale ones included, the App Store Server API), each
+/// through the real decoders and the real ledger upsert, twice. Each sale's net per currency must
+/// end equal to the money that moved, worked out here from the world alone.
+@Suite(.serialized) struct JournalPathTests {
+    static let catalog = 4_990  // every product's catalog price, in USD
+
+    struct Sale {
+        enum Kind: CaseIterable { case subscription, nonConsumable, consumable }
+        var kind: Kind
+        var account: String
+        var product: String
+        /// The transaction ids that are this one purchase: the first, then restored copies.
+        var copies: [String]
+        var original: String
+        var line: String?
+        var family = false
+        var trial = false
+        /// What the customer paid (an offer's price, 0 for a trial) and its currency.
+        var paid: Int64
+        var currency: String
+        var offer: String?
+        var purchase: Int64
+        var refund: (at: Int64, prorated: Int?)?
+        var reversal: Int64?
+
+        func cancelled(at time: Int64) -> Bool {
+            guard let refund, refund.at <= time else { return false }
+            return reversal.map { $0 > time } ?? true
+        }
+    }
+
+    /// One world: its sales, built from the seed.
+    static func world(_ generator: inout SplitMix64, index: Int) -> [Sale] {
+        func pick(_ n: Int) -> Int { Int(generator.next() % UInt64(n)) }
+        var sales: [Sale] = []
+        let kind = Sale.Kind.allCases[pick(3)]
+        let periods = kind == .subscription ? 1 + pick(2) : 1
+        let currency = ["USD", "EUR", "JPY"][pick(3)]
+        let start = 1_780_000_000_000 + Int64(index) * 10_000_000
+        for period in 0..<periods {
+            let id = "w\(index)p\(period)"
+            var sale = Sale(kind: kind, account: "a\(index)", product: ["sub", "life", "coins"][Sale.Kind.allCases.firstIndex(of: kind)!],
+                            copies: [id], original: kind == .subscription ? "w\(index)p0" : id, line: kind == .subscription ? "\(index)\(period)" : nil,
+                            paid: Int64(1 + pick(90_000)), currency: currency, purchase: start + Int64(period) * 1_000_000)
+            if kind != .consumable && pick(3) == 0 { sale.copies.append(id + "r") }  // restored on another device
+            if kind == .subscription && period == 0 {
+                switch pick(4) {
+                case 0: (sale.trial, sale.paid, sale.offer) = (true, 0, "FREE_TRIAL")
+                case 1: sale.offer = "PAY_UP_FRONT"
+                default: break
+                }
+            }
+            if pick(2) == 0 {
+                sale.refund = (sale.purchase + 100_000, pick(2) == 0 ? nil : pick(100_001))
+                if pick(2) == 0 { sale.reversal = sale.purchase + 200_000 }
+            }
+            sales.append(sale)
+        }
+        if pick(4) == 0 {  // a family member's copy: its own transaction, no money, its revoke none either
+            var copy = sales[0]
+            (copy.account, copy.copies, copy.family, copy.line) = ("f\(index)", ["w\(index)f"], true, copy.line.map { $0 + "f" })
+            copy.original = "w\(index)f"
+            sales.append(copy)
+        }
+        return sales
+    }
+
+    /// What moved, per currency, as the world's best word says: Apple's signed terms when any
+    /// signed source told them, else the catalog's (USD, refunds in full).
+    static func expected(_ sale: Sale, final: Int64, signed: Bool) -> [String: Int64] {
+        guard !sale.family else { return [:] }
+        let (price, currency) = signed ? (sale.paid, sale.currency) : (sale.trial ? 0 : Int64(catalog), "USD")
+        var net = price
+        if sale.cancelled(at: final) {
+            if signed, let percentage = sale.refund?.prorated {
+                let exact = Int128(price) * Int128(percentage)
+                net -= Int64((exact + 50_000) / 100_000)  // half away from zero; prices are positive
+            } else {
+                net -= price
+            }
+        }
+        return net == 0 ? [:] : [currency: net]
+    }
+
+    /// A copy of a sale's transaction as Apple's signed data says it at `time`.
+    static func signed(_ sale: Sale, copy: String, at time: Int64) throws -> JWSTransaction {
+        var fields: [String: Any] = [
+            "transactionId": copy, "originalTransactionId": sale.original,
+            "productId": sale.product, "bundleId": "com.example", "purchaseDate": sale.purchase, "quantity": 1 + Int(sale.purchase % 3),
+            "type": ["Auto-Renewable Subscription", "Non-Consumable", "Consumable"][Sale.Kind.allCases.firstIndex(of: sale.kind)!],
+            "inAppOwnershipType": sale.family ? "FAMILY_SHARED" : "PURCHASED", "price": sale.paid, "currency": sale.currency,
+            "environment": "Production", "signedDate": time,
+        ]
+        if sale.kind == .subscription {
+            fields["expiresDate"] = sale.purchase + 1_000_000
+            fields["webOrderLineItemId"] = sale.line
+        }
+        if let offer = sale.offer { (fields["offerDiscountType"], fields["offerType"]) = (offer, 1) }
+        if sale.cancelled(at: time) {
+            fields["revocationDate"] = sale.refund!.at
+            fields["revocationReason"] = 0
+            if sale.family {
+                fields["revocationType"] = "FAMILY_REVOKE"
+            } else if let percentage = sale.refund!.prorated {
+                (fields["revocationType"], fields["revocationPercentage"]) = ("REFUND_PRORATED", percentage)
+            } else {
+                fields["revocationType"] = "REFUND_FULL"
+            }
+        }
+        return try JWSTransaction(json: Array(JSONSerialization.data(withJSONObject: fields)))
+    }
+
+    /// verifyReceipt's `latest_receipt_info` entries for a sale at `time`, as a unified receipt (live or a v1 body's).
+    static func unified(_ sale: Sale, at time: Int64) -> [String: Any] {
+        let entries: [[String: Any]] = sale.copies.map { copy in
+            var entry: [String: Any] = [
+                "transaction_id": copy, "original_transaction_id": sale.original, "product_id": sale.product,
+                "purchase_date_ms": "\(sale.purchase)", "original_purchase_date_ms": "\(sale.purchase)", "quantity": "1",
+                "is_trial_period": sale.trial ? "true" : "false", "in_app_ownership_type": sale.family ? "FAMILY_SHARED" : "PURCHASED",
+            ]
+            if sale.kind == .subscription {
+                entry["expires_date_ms"] = "\(sale.purchase + 1_000_000)"
+                entry["web_order_line_item_id"] = sale.line
+            }
+            if sale.cancelled(at: time) {
+                (entry["cancellation_date_ms"], entry["cancellation_reason"]) = ("\(sale.refund!.at)", "0")
+            }
+            return entry
+        }
+        return ["status": 0, "environment": "Production", "latest_receipt_info": entries]
+    }
+
+    enum Source: CaseIterable { case verifyReceipt, serverAPI, notificationV1, notificationV2 }
+
+    /// The ledger entries one source gives for a sale, read at `time` (a notification tells of `event`).
+    static func entries(_ sale: Sale, source: Source, time: Int64, event: Int64, copy: String) throws -> [LedgerEntry] {
+        func date(_ ms: Int64) -> Date { Date(timeIntervalSince1970: Double(ms) / 1000) }
+        switch source {
+        case .verifyReceipt:
+            let answer = try VerifyReceiptResponse.decode(Array(JSONSerialization.data(withJSONObject: unified(sale, at: time))))
+            return answer.latestReceiptInfo.map {
+                LedgerEntry(accountId: sale.account, transaction: $0, environment: .production, source: .verifyReceipt, asOf: date(time))
+            }
+        case .notificationV1:
+            let body: [String: Any] = ["notification_type": "REFUND", "password": "secret", "environment": "PROD",
+                                       "unified_receipt": unified(sale, at: event)]
+            let notification = try ServerNotification.decode(Array(JSONSerialization.data(withJSONObject: body)))
+            return notification.unifiedReceipt.latestReceiptInfo.map {
+                LedgerEntry(accountId: sale.account, transaction: $0, environment: .production, source: .notificationV1)
+            }
+        case .serverAPI:
+            return try sale.copies.map {
+                let transaction = try signed(sale, copy: $0, at: time)
+                return LedgerEntry(accountId: sale.account, transaction: transaction.ledgerTransaction, environment: .production,
+                                   source: .serverAPI, signed: transaction.signedTerms, asOf: transaction.signedDate)
+            }
+        case .notificationV2:
+            // Signed when the event happened, whenever it is read (history's copy, a retry).
+            let transaction = try signed(sale, copy: copy, at: event)
+            return [LedgerEntry(accountId: sale.account, transaction: transaction.ledgerTransaction, environment: .production,
+                                source: .notificationV2, signed: transaction.signedTerms, asOf: date(event))]
+        }
+    }
+
+    @Test func eachSalesNetIsTheMoneyThatMovedWhateverTheSourceAndOrder() async throws {
+        let seed = FuzzSeed("eachSalesNetIsTheMoneyThatMovedWhateverTheSourceAndOrder")
+        var generator = seed.generator
+        func pick(_ n: Int) -> Int { Int(generator.next() % UInt64(n)) }
+        let database = try await TestDatabase.create("journal-paths")
+        let connection = try await database.connect()
+        try await Migrator(logger: .quiet).migrate(connection)
+        try await connection.execute("""
+            INSERT INTO iap.products (product_id, type, duration, price, currency) VALUES
+                ('sub', 'auto_renewable', 'P1M', 4.99, 'USD'), ('life', 'non_consumable', NULL, 4.99, 'USD'),
+                ('coins', 'consumable', NULL, 4.99, 'USD')
+            """)
+        var expected: [String: [String: Int64]] = [:]
+        var saleOf: [String: String] = [:]
+        for index in 0..<40 {
+            let sales = Self.world(&generator, index: index)
+            let unsignedOnly = pick(4) == 0
+            let sources: [Source] = unsignedOnly ? [.verifyReceipt, .notificationV1] : Source.allCases
+            for sale in sales {
+                let events = [sale.purchase] + [sale.refund?.at, sale.reversal].compactMap { $0 }
+                let end = events.max()! + 50_000
+                // Reads at random times across the sale's life, in time order; notifications of
+                // events before the read, in any order (a retry, history read late).
+                var reads = (0..<(2 + pick(6))).map { _ in sale.purchase + Int64(pick(Int(end - sale.purchase))) }.sorted()
+                reads.append(end + 1_000)
+                for (number, time) in reads.enumerated() {
+                    let last = number == reads.count - 1
+                    let source = last ? (unsignedOnly ? .verifyReceipt : .serverAPI) : sources[pick(sources.count)]
+                    let past = events.filter { $0 <= time }
+                    let entries = try Self.entries(sale, source: source, time: time, event: past[pick(past.count)],
+                                                   copy: sale.copies[pick(sale.copies.count)])
+                    for _ in 0..<2 {
+                        try await connection.withTransaction { connection in
+                            try await ReconciliationStore(connection: connection).upsertLedger(entries)
+                        }
+                    }
+                }
+                let key = "\(sale.account)/\(sale.copies[0])"
+                for copy in sale.copies { saleOf[copy] = key }
+                expected[key] = Self.expected(sale, final: end + 1_000, signed: !unsignedOnly)
+            }
+        }
+        var actual: [String: [String: Int64]] = [:]
+        for row in try await connection.query("""
+            SELECT transaction_id, COALESCE(currency, '') AS currency, sum(amount_milliunits)::bigint AS net
+            FROM iap.finance_journal GROUP BY transaction_id, currency
+            """) {
+            let key = try #require(saleOf[try row.decode("transaction_id", as: String.self)])
+            actual[key, default: [:]][try row.decode("currency", as: String.self), default: 0] += try row.decode("net", as: Int64?.self) ?? 0
+        }
+        for key in Set(expected.keys).union(actual.keys).sorted() {
+            #expect((actual[key] ?? [:]).filter { $0.value != 0 } == expected[key] ?? [:], "sale \(key): \(seed)")
+        }
+        #expect(try await connection.query("SELECT 1 FROM iap.finance_journal WHERE event = 'adjustment'").count > 0, "no world adjusted")
+        await connection.close()
+        try await database.drop()
+    }
+}
