@@ -25,7 +25,7 @@ struct ExportFinanceCommand: AsyncParsableCommand {
             written as a decimal, negative when it went back to the customer. price is the list price (Apple's signed price, else iap.products). The journal is \
             append-only: a closed period keeps its rows, and a reversal appears in the period of its own time. \
             --as-of lists only what was recorded by then, so an earlier export is made again byte for byte; without \
-            it, the export is as of when it started, which it logs. \
+            it, the export is as of when it started, which it logs; a later --as-of than that is refused (exit 2). \
             Sandbox transactions are left out unless --include-sandbox. Written to a temporary file and renamed, so \
             --output never holds half an export. See docs/reports.md.
             """
@@ -47,7 +47,7 @@ struct ExportFinanceCommand: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp(
         "Only events recorded at or before this time (ISO 8601): reproduces an export made then.",
-        discussion: "Default: the time the export starts, logged as finance.as_of."))
+        discussion: "Default: the time the export starts, logged as finance.as_of. A time after that is refused (exit 2): an export of the future cannot be made again."))
     var asOf: String?
 
     @Option(help: "File to write (default: stdout).")
@@ -79,12 +79,7 @@ struct ExportFinanceCommand: AsyncParsableCommand {
         let logger = logging.bootstrap()
         try await runReportingErrors(logger: logger) {
             let connection = try await PostgresConnection.connect(try database.connectionString())
-            let asOf: Date
-            if let given = self.asOf.flatMap(CommandLineTime.parse) {
-                asOf = given
-            } else {
-                asOf = try await FinanceLedger.recordedUntilNow(connection: connection)
-            }
+            let asOf = try await exportTime(connection)
             let writesCSV = !summary || output != nil
             let sink = try writesCSV ? CSVSink(path: output) : nil
             var totals = FinanceSummary()
@@ -112,6 +107,21 @@ struct ExportFinanceCommand: AsyncParsableCommand {
             }
             await connection.close()
         }
+    }
+
+    /// What the export is as of: the journal's last recorded moment, or the `--as-of` given if it
+    /// is not later. Events may still be recorded at or before a later time, so its export could
+    /// not be made again.
+    private func exportTime(_ connection: PostgresConnection) async throws -> Date {
+        let recorded = try await FinanceLedger.recordedUntilNow(connection: connection)
+        // A text that is not a time was refused by `validate()`, which ran first.
+        guard let given = asOf.flatMap(CommandLineTime.parse) else { return recorded }
+        guard given <= recorded else {
+            throw ConfigurationError(
+                "--as-of \(Timestamp.format(given)) is later than the journal's last recorded moment, \(Timestamp.format(recorded)): "
+                + "an export of the future cannot be reproduced")
+        }
+        return given
     }
 }
 

@@ -14,7 +14,9 @@ public enum FinanceLedger {
     /// and after which every new event is recorded later. Taken while no journal writer is between
     /// stamping its rows and committing them (the exclusive side of `recordingKey`), then held a
     /// millisecond, the journal's precision, so that the next writer's stamp is past it. An export
-    /// made with it is reproduced byte for byte by `--as-of` it later.
+    /// made with it is reproduced byte for byte by `--as-of` it later. It is also the latest
+    /// `--as-of` an export accepts: events may still be recorded at or before a later time, so an
+    /// export as of it could not be made again.
     public static func recordedUntilNow(connection: PostgresConnection) async throws -> Date {
         try await connection.withTransaction { connection in
             try await connection.execute("SELECT pg_advisory_xact_lock(\(recordingKey))")

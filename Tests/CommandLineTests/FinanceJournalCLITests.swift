@@ -54,6 +54,16 @@ import TestSupport
 
             let bad = try await CLIProcess.run(["export-finance", "--as-of", "last tuesday"] + Self.period(world), environment: environment)
             #expect(bad.status == 2 && bad.stderr.contains("--as-of"), "\(bad.stderr)")
+
+            // An hour ahead, more events may still be recorded as of then: refused, and nothing written.
+            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
+            let file = world.reportRoot.appending(path: "future.csv").path
+            let future = try await CLIProcess.run(
+                ["export-finance", "--as-of", Timestamp.format(Date().addingTimeInterval(3_600)), "--output", file] + Self.period(world),
+                environment: environment)
+            #expect(future.status == 2, "\(future.stderr)")
+            #expect(future.stderr.contains("configuration.invalid") && future.stderr.contains("journal's last recorded moment"), "\(future.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: file))
         }
     }
 
