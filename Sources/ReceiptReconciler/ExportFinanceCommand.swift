@@ -22,7 +22,8 @@ struct ExportFinanceCommand: AsyncParsableCommand {
             end, and the month --by recorded for what it recorded for earlier periods (late refunds, adjustments). \
             Events: purchase, renewal, refund (money back: full, or prorated by Apple's revocationPercentage), \
             refund_reversal (Apple reversed a refund; dated when it did). amount is what moved, in milliunits \
-            written as a decimal, negative when it went back to the customer. price is the list price (Apple's signed price, else iap.products). The journal is \
+            written as a decimal, negative when it went back to the customer: customer prices (tax included), not \
+            Apple's proceeds. price is the list price (Apple's signed price, else iap.products). The journal is \
             append-only: a closed period keeps its rows, and a reversal appears in the period of its own time. \
             --as-of lists only what was recorded by then, so an earlier export is made again byte for byte; without \
             it, the export is as of when it started, which it logs; a later --as-of than that is refused (exit 2). \
@@ -58,7 +59,7 @@ struct ExportFinanceCommand: AsyncParsableCommand {
 
     @Flag(help: ArgumentHelp(
         "Print per currency and event the count and the amount, and the net.",
-        discussion: "On stdout; the CSV is then written only with --output."))
+        discussion: "On stdout; the CSV is then written only with --output. Customer prices (tax included), not Apple's proceeds: not a tie-out with Apple's financial reports."))
     var summary = false
 
     @Flag(help: ArgumentHelp(
