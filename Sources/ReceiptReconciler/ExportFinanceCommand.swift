@@ -8,20 +8,27 @@ import Reconciliation
 import ReportOutput
 import Storage
 
+extension FinanceLedger.PeriodBasis: ExpressibleByArgument {}
+
 struct ExportFinanceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "export-finance",
         abstract: "Writes the finance audit CSV: the journal of money as it moved in a period.",
         discussion: """
-            RFC 4180, UTF-8, a header row, one row per event of the finance journal whose own time is in [--from, --to) \
-            (UTC), ordered by event time then transaction id. Events: purchase, renewal, refund (money back: full, or \
-            prorated by Apple's revocationPercentage), refund_reversal (Apple reversed a refund; dated when it did). \
-            amount is what moved, in milliunits written as a decimal, negative when it went back to the customer; \
-            price is the list price (Apple's signed price, else iap.products). The journal is append-only: a closed \
-            period keeps its rows, and a reversal appears in the period of its own time. --as-of lists only what was \
-            recorded by then, so an earlier export is made again byte for byte; without it, the export is as of when \
-            it started, which it logs. Sandbox transactions are left out unless --include-sandbox. Written to a \
-            temporary file and renamed, so --output never holds half an export. See docs/reports.md.
+            RFC 4180, UTF-8, a header row, one row per event of the finance journal whose time is in [--from, --to) \
+            (UTC): with --by event (the default) the event's own time, ordered by event time, then transaction id, \
+            event, occurrence; with --by recorded the time the journal recorded it, ordered by recorded time, then \
+            event time, transaction id, event, occurrence. A month's close runs both: the month by event as of its \
+            end, and the month --by recorded for what it recorded for earlier periods (late refunds, adjustments). \
+            Events: purchase, renewal, refund (money back: full, or prorated by Apple's revocationPercentage), \
+            refund_reversal (Apple reversed a refund; dated when it did). amount is what moved, in milliunits \
+            written as a decimal, negative when it went back to the customer: customer prices (tax included), not \
+            Apple's proceeds. price is the list price (Apple's signed price, else iap.products). The journal is \
+            append-only: a closed period keeps its rows, and a reversal appears in the period of its own time. \
+            --as-of lists only what was recorded by then, so an earlier export is made again byte for byte; without \
+            it, the export is as of when it started, which it logs; a later --as-of than that is refused (exit 2). \
+            Sandbox transactions are left out unless --include-sandbox. Written to a temporary file and renamed, so \
+            --output never holds half an export. See docs/reports.md.
             """
     )
 
@@ -35,8 +42,13 @@ struct ExportFinanceCommand: AsyncParsableCommand {
     var to: String
 
     @Option(help: ArgumentHelp(
+        "Which time --from and --to bound: event (the event's own time) or recorded (when the journal recorded it).",
+        discussion: "recorded lists what a close made now must book, whatever period the events belong to, ordered by recorded time, then event time, transaction id, event, occurrence."))
+    var by: FinanceLedger.PeriodBasis = .event
+
+    @Option(help: ArgumentHelp(
         "Only events recorded at or before this time (ISO 8601): reproduces an export made then.",
-        discussion: "Default: the time the export starts, logged as finance.as_of."))
+        discussion: "Default: the time the export starts, logged as finance.as_of. A time after that is refused (exit 2): an export of the future cannot be made again."))
     var asOf: String?
 
     @Option(help: "File to write (default: stdout).")
@@ -47,7 +59,7 @@ struct ExportFinanceCommand: AsyncParsableCommand {
 
     @Flag(help: ArgumentHelp(
         "Print per currency and event the count and the amount, and the net.",
-        discussion: "On stdout; the CSV is then written only with --output."))
+        discussion: "On stdout; the CSV is then written only with --output. Customer prices (tax included), not Apple's proceeds: not a tie-out with Apple's financial reports."))
     var summary = false
 
     @Flag(help: ArgumentHelp(
@@ -68,19 +80,14 @@ struct ExportFinanceCommand: AsyncParsableCommand {
         let logger = logging.bootstrap()
         try await runReportingErrors(logger: logger) {
             let connection = try await PostgresConnection.connect(try database.connectionString())
-            let asOf: Date
-            if let given = self.asOf.flatMap(CommandLineTime.parse) {
-                asOf = given
-            } else {
-                asOf = try await FinanceLedger.recordedUntilNow(connection: connection)
-            }
+            let asOf = try await exportTime(connection)
             let writesCSV = !summary || output != nil
             let sink = try writesCSV ? CSVSink(path: output) : nil
             var totals = FinanceSummary()
             do {
                 try sink?.write(CSV.row(FinanceReport.columns))
                 let rows = try await FinanceLedger.forEachEvent(
-                    connection: connection, from: start, to: end, includeSandbox: includeSandbox, asOf: asOf
+                    connection: connection, by: by, from: start, to: end, includeSandbox: includeSandbox, asOf: asOf
                 ) { event in
                     try sink?.write(CSV.row(FinanceReport.fields(event), formulaSafe: !rawCells))
                     totals.add(event)
@@ -88,19 +95,34 @@ struct ExportFinanceCommand: AsyncParsableCommand {
                 try sink?.commit()
                 logger.info("finance.exported", metadata: [
                     "finance.rows": "\(rows)", "finance.output": "\(writesCSV ? output ?? "stdout" : "none")",
-                    "finance.as_of": "\(Timestamp.format(asOf))",
+                    "finance.as_of": "\(Timestamp.format(asOf))", "finance.by": "\(by.rawValue)",
                 ])
             } catch {
                 sink?.discard()
                 throw error
             }
             if summary {
-                print("Finance journal \(Timestamp.format(start)) to \(Timestamp.format(end)), as of \(Timestamp.format(asOf))"
-                      + (includeSandbox ? ", sandbox included" : "") + ":")
+                print("Finance journal \(Timestamp.format(start)) to \(Timestamp.format(end))" + (by == .recorded ? " by recorded time" : "")
+                      + ", as of \(Timestamp.format(asOf))" + (includeSandbox ? ", sandbox included" : "") + ":")
                 print(totals.text(), terminator: "")
             }
             await connection.close()
         }
+    }
+
+    /// What the export is as of: the journal's last recorded moment, or the `--as-of` given if it
+    /// is not later. Events may still be recorded at or before a later time, so its export could
+    /// not be made again.
+    private func exportTime(_ connection: PostgresConnection) async throws -> Date {
+        let recorded = try await FinanceLedger.recordedUntilNow(connection: connection)
+        // A text that is not a time was refused by `validate()`, which ran first.
+        guard let given = asOf.flatMap(CommandLineTime.parse) else { return recorded }
+        guard given <= recorded else {
+            throw ConfigurationError(
+                "--as-of \(Timestamp.format(given)) is later than the journal's last recorded moment, \(Timestamp.format(recorded)): "
+                + "an export of the future cannot be reproduced")
+        }
+        return given
     }
 }
 

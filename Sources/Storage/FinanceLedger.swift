@@ -14,7 +14,9 @@ public enum FinanceLedger {
     /// and after which every new event is recorded later. Taken while no journal writer is between
     /// stamping its rows and committing them (the exclusive side of `recordingKey`), then held a
     /// millisecond, the journal's precision, so that the next writer's stamp is past it. An export
-    /// made with it is reproduced byte for byte by `--as-of` it later.
+    /// made with it is reproduced byte for byte by `--as-of` it later. It is also the latest
+    /// `--as-of` an export accepts: events may still be recorded at or before a later time, so an
+    /// export as of it could not be made again.
     public static func recordedUntilNow(connection: PostgresConnection) async throws -> Date {
         try await connection.withTransaction { connection in
             try await connection.execute("SELECT pg_advisory_xact_lock(\(recordingKey))")
@@ -24,18 +26,39 @@ public enum FinanceLedger {
         }
     }
 
-    /// Events whose own time is in `[from, to)` and that were recorded at or before `asOf`, ordered
-    /// by event time, then transaction id, then event. Returns how many.
+    /// Which time of an event a period `[from, to)` bounds.
+    public enum PeriodBasis: String, Sendable, CaseIterable {
+        /// The event's own time (`event_time`): the period the money belongs to.
+        case event
+        /// When the journal recorded it (`recorded_at`): what a close made now must book, whatever
+        /// period the events belong to (a refund learned late, an adjustment).
+        case recorded
+    }
+
+    /// Events whose time (`by`) is in `[from, to)` and that were recorded at or before `asOf`.
+    /// By event: ordered by event time, then transaction id, then event, then occurrence; by
+    /// recorded: by recorded time first, then the same. Returns how many.
     public static func forEachEvent(
-        connection: PostgresConnection, from: Date, to: Date, includeSandbox: Bool, asOf: Date, _ body: (FinanceEvent) throws -> Void
+        connection: PostgresConnection, by basis: PeriodBasis, from: Date, to: Date, includeSandbox: Bool, asOf: Date,
+        _ body: (FinanceEvent) throws -> Void
     ) async throws -> Int {
-        var rows = 0
-        try await connection.withCursor("""
+        // Two texts, so that each range is an index's (Migrations/0020 and 0025) and the rows stream in its order.
+        let query: PostgresQuery = switch basis {
+        case .event: """
             SELECT * FROM iap.finance_journal
             WHERE event_time >= \(from) AND event_time < \(to) AND recorded_at <= \(asOf)
               AND (\(includeSandbox) OR environment IS DISTINCT FROM 'Sandbox')
             ORDER BY event_time, transaction_id, event, occurrence
-            """, fetchSize: 5_000) { cursor in
+            """
+        case .recorded: """
+            SELECT * FROM iap.finance_journal
+            WHERE recorded_at >= \(from) AND recorded_at < \(to) AND recorded_at <= \(asOf)
+              AND (\(includeSandbox) OR environment IS DISTINCT FROM 'Sandbox')
+            ORDER BY recorded_at, event_time, transaction_id, event, occurrence
+            """
+        }
+        var rows = 0
+        try await connection.withCursor(query, fetchSize: 5_000) { cursor in
             for try await batch in cursor {
                 for row in batch {
                     try body(try event(row))

@@ -19,6 +19,7 @@ import TestSupport
         "--apple-sandbox-url": ["theAppleURLFlagsWinOverTheVariables"],
         "--apple-root-certificate": ["inspectUsesTheRunsConfiguration", "aNotificationThatKillsThreeRunsInARowIsQuarantinedByTheFourth"],
         "--as-of": ["explainAsOfDecidesAtThatTime", "anExportIsReproducedByteForByteAsOfItsTime"],
+        "--by": ["byRecordedListsWhatWasLearnedSinceTheCloseWhateverItsPeriod"],
         "--batch-size": ["theProgressIntervalIsHowOftenAProgressLineIsWritten"],
         "--bundle-id": ["inspectJSONNamesEachCheckAndExitsOneWhenOneFails"],
         "--database-url": ["theDatabaseURLFlagStandsInForTheVariableAndWins"],

@@ -36,7 +36,7 @@ import TestSupport
             #expect(try notification[0].decode("run_id", as: Int64?.self) == summary.runId)
             // The refund is in the finance export; the answer without the consumable did not clear it.
             var events: [FinanceEvent] = []
-            _ = try await FinanceLedger.forEachEvent(connection: world.connection, from: Date().addingTimeInterval(-86_400),
+            _ = try await FinanceLedger.forEachEvent(connection: world.connection, by: .event, from: Date().addingTimeInterval(-86_400),
                                                      to: Date().addingTimeInterval(86_400), includeSandbox: false, asOf: Date()) { events.append($0) }
             let refund = try #require(events.first { $0.kind == .refund })
             #expect([refund.accountId, refund.productId, refund.productType, refund.transactionId] == ["gamer", "coins.100", "consumable", "91"])

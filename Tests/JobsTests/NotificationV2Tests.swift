@@ -32,7 +32,7 @@ import TestSupport
             #expect(try notification.decode("account_id", as: String?.self) == "gamer")
             // The refund is in the finance CSV with the transaction's own price (no catalog entry exists).
             var events: [FinanceEvent] = []
-            _ = try await FinanceLedger.forEachEvent(connection: world.connection, from: Date().addingTimeInterval(-86_400),
+            _ = try await FinanceLedger.forEachEvent(connection: world.connection, by: .event, from: Date().addingTimeInterval(-86_400),
                                                      to: Date().addingTimeInterval(86_400), includeSandbox: false, asOf: Date()) { events.append($0) }
             let refund = try #require(events.first { $0.kind == .refund })
             #expect([refund.accountId, refund.productId] == ["gamer", "coins.100"])

@@ -1,4 +1,5 @@
 import Logging
+import CivilCalendar
 import Foundation
 import Postgres
 import Reconciliation
@@ -56,7 +57,7 @@ import TestSupport
         var text = CSV.row(FinanceReport.columns)
         var recorded = Set<String>()
         _ = try await FinanceLedger.forEachEvent(
-            connection: connection, from: ISO8601DateFormatter().date(from: from)!, to: ISO8601DateFormatter().date(from: to)!,
+            connection: connection, by: .event, from: ISO8601DateFormatter().date(from: from)!, to: ISO8601DateFormatter().date(from: to)!,
             includeSandbox: includeSandbox, asOf: Date()) { event in
             var fields = FinanceReport.fields(event)
             let column = FinanceReport.columns.firstIndex(of: "recorded_at")!
@@ -104,6 +105,49 @@ import TestSupport
         // The whole autumn: the September purchase and October trial appear as purchases.
         let autumn = try await Self.export(connection, from: "2026-09-01T00:00:00Z", to: "2026-12-01T00:00:00Z", includeSandbox: false)
         try Self.compare(autumn, golden: "finance-2026-09-to-11.csv")
+        await connection.close()
+        try await database.drop()
+    }
+
+    /// What a period of the journal lists, as `event transaction_id`, in the export's order.
+    static func listed(
+        _ connection: PostgresConnection, by basis: FinanceLedger.PeriodBasis, from: String, to: String, asOf: String = "2027-01-01T00:00:00Z"
+    ) async throws -> [String] {
+        var listed: [String] = []
+        _ = try await FinanceLedger.forEachEvent(
+            connection: connection, by: basis, from: try #require(Timestamp.parse(from)), to: try #require(Timestamp.parse(to)),
+            includeSandbox: false, asOf: try #require(Timestamp.parse(asOf))) { listed.append("\($0.kind.rawValue) \($0.transactionId)") }
+        return listed
+    }
+
+    /// By recorded is by `recorded_at`: ana's refund of 2026-11-28, learned on 2026-12-03, is in
+    /// November by event and in December by recorded, and neither in December by event nor in
+    /// November by recorded. By recorded, the recorded time orders first, then the event's own;
+    /// `asOf` bounds both.
+    @Test func byRecordedSelectsWhatWasRecordedInThePeriodWhateverItsOwn() async throws {
+        let database = try await TestDatabase.create("financerecorded")
+        let connection = try await database.connect()
+        try await Migrator(logger: .quiet).migrate(connection)
+        // Appended at the story's times (the journal refuses changes, not rows).
+        try await connection.execute("""
+            INSERT INTO iap.finance_journal (event, event_time, recorded_at, account_id, product_id, product_type, transaction_id, amount_source) VALUES
+              ('purchase', '2026-11-10 10:00Z', '2026-11-10 10:05Z', 'ana', 'coins.100', 'consumable', '101', 'signed'),
+              ('refund',   '2026-11-28 09:00Z', '2026-12-03 02:00Z', 'ana', 'coins.100', 'consumable', '101', 'signed'),
+              ('purchase', '2026-10-20 08:00Z', '2026-11-15 02:00Z', 'ben', 'coins.100', 'consumable', '102', 'signed'),
+              ('purchase', '2026-12-02 12:00Z', '2026-12-03 02:00Z', 'cy',  'coins.100', 'consumable', '103', 'signed'),
+              ('purchase', '2026-12-01 00:00Z', '2026-12-03 02:00Z', 'dee', 'coins.100', 'consumable', '104', 'signed'),
+              ('purchase', '2026-10-01 00:00Z', '2026-12-20 02:00Z', 'eve', 'coins.100', 'consumable', '105', 'signed')
+            """)
+        let (november, december) = (("2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z"), ("2026-12-01T00:00:00Z", "2027-01-01T00:00:00Z"))
+        #expect(try await Self.listed(connection, by: .event, from: november.0, to: november.1) == ["purchase 101", "refund 101"])
+        #expect(try await Self.listed(connection, by: .recorded, from: november.0, to: november.1) == ["purchase 101", "purchase 102"])
+        #expect(try await Self.listed(connection, by: .event, from: december.0, to: december.1) == ["purchase 104", "purchase 103"])
+        #expect(try await Self.listed(connection, by: .recorded, from: december.0, to: december.1)
+                == ["refund 101", "purchase 104", "purchase 103", "purchase 105"])
+        // As of November's close, the refund was not known; as of 2026-12-10, eve's late purchase was not.
+        #expect(try await Self.listed(connection, by: .event, from: november.0, to: november.1, asOf: "2026-12-01T06:00:00Z") == ["purchase 101"])
+        #expect(try await Self.listed(connection, by: .recorded, from: december.0, to: december.1, asOf: "2026-12-10T00:00:00Z")
+                == ["refund 101", "purchase 104", "purchase 103"])
         await connection.close()
         try await database.drop()
     }
