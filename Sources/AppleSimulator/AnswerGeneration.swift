@@ -13,13 +13,16 @@ import Foundation
 ///                          "cancel": {"at_ms": 1701000000000, "reason": 1, "upgraded": false},
 ///                          "auto_renew": true, "auto_renew_product_id": "pro.monthly",
 ///                          "grace_until_ms": 1702000000000, "billing_retry": false,
-///                          "expiration_intent": 2, "ownership": "PURCHASED", "group": "20662382"}],
+///                          "expiration_intent": 2, "ownership": "PURCHASED", "group": "20662382",
+///                          "trial": true, "restored_copy": false}],
 ///       "purchases": [{"product_id": "coins.100", "transaction_id": "2000001", "purchase_ms": 1700000000000,
 ///                      "cancel": {"at_ms": 1700100000000, "reason": 0}}]
 ///     }
 ///
 /// A subscription of n renewals has n transactions; the first has the original's id, renewal i
-/// has the original's id followed by i in three digits. A `cancel` applies to the last one.
+/// has the original's id followed by i in three digits. A `cancel` applies to the last one. The
+/// first is a free trial unless `"trial": false`; `"restored_copy": true` adds the first restored
+/// on another device (its id followed by `r`: the same original and web order line item).
 struct AnswerGeneration: Sendable {
     struct Cancellation: Sendable {
         var atMilliseconds: Int64
@@ -41,6 +44,8 @@ struct AnswerGeneration: Sendable {
         var expirationIntent: Int?
         var ownership: String
         var group: String
+        var isTrial = true
+        var restoredCopy = false
     }
 
     struct Purchase: Sendable {
@@ -76,7 +81,7 @@ struct AnswerGeneration: Sendable {
             guard let product = item["product_id"] as? String, let original = item["original_transaction_id"].map({ "\($0)" }) else {
                 throw SimulatorError("a generated subscription needs product_id and original_transaction_id")
             }
-            return Subscription(
+            var subscription = Subscription(
                 productId: product, originalTransactionId: original,
                 startMilliseconds: int64(item["start_ms"]) ?? 1_700_000_000_000,
                 periodMilliseconds: int64(item["period_ms"]) ?? 2_592_000_000,
@@ -89,6 +94,9 @@ struct AnswerGeneration: Sendable {
                 expirationIntent: item["expiration_intent"] as? Int,
                 ownership: item["ownership"] as? String ?? "PURCHASED",
                 group: item["group"].map { "\($0)" } ?? "20662382")
+            subscription.isTrial = item["trial"] as? Bool ?? true
+            subscription.restoredCopy = item["restored_copy"] as? Bool ?? false
+            return subscription
         }
         purchases = try (spec["purchases"] as? [[String: Any]] ?? []).map { item in
             guard let product = item["product_id"] as? String, let id = item["transaction_id"].map({ "\($0)" }) else {
@@ -121,20 +129,22 @@ struct AnswerGeneration: Sendable {
                 let purchase = subscription.startMilliseconds + Int64(index) * subscription.periodMilliseconds
                 let id = index == 0 ? subscription.originalTransactionId
                     : subscription.originalTransactionId + (index < 10 ? "00" : index < 100 ? "0" : "") + String(index)
-                var transaction = Self.transaction(
-                    productId: subscription.productId, transactionId: id, originalTransactionId: subscription.originalTransactionId,
-                    purchase: purchase, originalPurchase: subscription.startMilliseconds,
-                    expires: purchase + subscription.periodMilliseconds, quantity: 1)
-                let webOrder = webOrderBase.map { $0 + 500_000_000 + Int64(index) } ?? Int64(index)
-                transaction.field("web_order_line_item_id", String(webOrder))
-                transaction.field("is_trial_period", index == 0 ? "true" : "false")
-                transaction.field("subscription_group_identifier", subscription.group)
-                transaction.field("in_app_ownership_type", subscription.ownership)
-                if index == subscription.renewals - 1, let cancellation = subscription.cancellation {
-                    Self.addCancellation(cancellation, to: &transaction)
+                for copy in index == 0 && subscription.restoredCopy ? [id, id + "r"] : [id] {
+                    var transaction = Self.transaction(
+                        productId: subscription.productId, transactionId: copy, originalTransactionId: subscription.originalTransactionId,
+                        purchase: purchase, originalPurchase: subscription.startMilliseconds,
+                        expires: purchase + subscription.periodMilliseconds, quantity: 1)
+                    let webOrder = webOrderBase.map { $0 + 500_000_000 + Int64(index) } ?? Int64(index)
+                    transaction.field("web_order_line_item_id", String(webOrder))
+                    transaction.field("is_trial_period", index == 0 && subscription.isTrial ? "true" : "false")
+                    transaction.field("subscription_group_identifier", subscription.group)
+                    transaction.field("in_app_ownership_type", subscription.ownership)
+                    if index == subscription.renewals - 1, copy == id, let cancellation = subscription.cancellation {
+                        Self.addCancellation(cancellation, to: &transaction)
+                    }
+                    transaction.close()
+                    chain.append(transaction)
                 }
-                transaction.close()
-                chain.append(transaction)
             }
             chains.append(chain)
             var renewal = JSONText()

@@ -251,9 +251,11 @@ extension SimulatedAPIChain {
     /// the API deliberately disagree with verifyReceipt, for the demo and the tests.
     /// `productTypes` (product id -> Apple's signed `type`) says what each product is, as Apple
     /// signs it; a product it does not name is signed a subscription when it expires, else a
-    /// non-consumable.
-    static func chains(fromReceipts blobs: [String], disagreements: [String: [String: Any]], productTypes: [String: String] = [:]) throws
-        -> [String: SimulatedAPIChain]
+    /// non-consumable. `signedTerms` (transaction id -> signed fields: `price`, `currency`,
+    /// `offerDiscountType`, `revocationType`, `revocationPercentage`, ...) adds what only Apple's
+    /// signed data says, which verifyReceipt never did (a price, its currency, a refund's share).
+    static func chains(fromReceipts blobs: [String], disagreements: [String: [String: Any]], productTypes: [String: String] = [:],
+                       signedTerms: [String: [String: Any]] = [:]) throws -> [String: SimulatedAPIChain]
     {
         var chains: [String: SimulatedAPIChain] = [:]
         for blob in blobs {
@@ -270,7 +272,10 @@ extension SimulatedAPIChain {
             let customer = byChain.keys.filter { !$0.isEmpty }.sorted().first
             for (original, items) in byChain {
                 guard !original.isEmpty else { continue }
-                var transactions = items.map { Self.signedTransaction($0, productTypes: productTypes) }
+                var transactions = items.map { item in
+                    Self.signedTransaction(item, productTypes: productTypes)
+                        .merging((item["transaction_id"]).flatMap { signedTerms["\($0)"] } ?? [:]) { $1 }
+                }
                 let renewal = pending.first { ($0["original_transaction_id"]).map { "\($0)" } == original }.map(Self.signedRenewal)
                 if let twist = disagreements[original], let last = transactions.indices.max(by: {
                     (transactions[$0]["purchaseDate"] as? Int64 ?? 0) < (transactions[$1]["purchaseDate"] as? Int64 ?? 0)

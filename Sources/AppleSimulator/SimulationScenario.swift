@@ -75,7 +75,7 @@ public struct SimulationScenario: Sendable {
         consumptionFaults = try (consumption["faults"] as? [String: [[String: Any]]] ?? [:]).mapValues { try $0.map(SimulatedAPIFault.init) }
         let derived = try SimulatedAPIChain.chains(
             fromReceipts: api["from_receipts"] as? [String] ?? [], disagreements: api["disagreements"] as? [String: [String: Any]] ?? [:],
-            productTypes: api["product_types"] as? [String: String] ?? [:])
+            productTypes: api["product_types"] as? [String: String] ?? [:], signedTerms: api["signed_terms"] as? [String: [String: Any]] ?? [:])
         apiChains.merge(derived) { $1 }
         for (original, value) in api["chains"] as? [String: Any] ?? [:] {
             guard let spec = value as? [String: Any] else { throw SimulatorError("api chain \(original): not an object") }

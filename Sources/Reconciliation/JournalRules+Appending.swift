@@ -16,7 +16,9 @@ struct Appending {
     /// Returns what the sale is worth now, which its refunds are priced from.
     mutating func sale(_ rows: [JournalTransaction]) -> SaleTerms {
         let held = recorded.filter(\.isSale)
-        guard let event = held.first(where: { $0.kind != .adjustment }) else {
+        // The sale is the purchase where two were recorded before sales had keys (a restored copy).
+        guard let event = held.filter({ $0.kind != .adjustment }).min(by: { ($0.kind == .purchase ? 0 : 1, $0.time, $0.transactionId)
+            < ($1.kind == .purchase ? 0 : 1, $1.time, $1.transactionId) }) else {
             let saleRow = rows.first { $0.transactionId == ($0.originalTransactionId ?? $0.transactionId) }
                 ?? rows.min { ($0.purchaseDate ?? .distantFuture, $0.transactionId) < ($1.purchaseDate ?? .distantFuture, $1.transactionId) }!
             let terms = SaleTerms(rows: rows, saleRow: saleRow)

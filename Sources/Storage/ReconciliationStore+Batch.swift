@@ -136,7 +136,8 @@ extension ReconciliationStore {
     /// Upserts transactions (docs/database.md, "The ledger"): what Apple says fills in and wins,
     /// what it leaves out is kept; a cancellation follows Apple's latest word: an older signed
     /// snapshot than the row's changes none, only a current word (a live answer, a newer signed
-    /// snapshot) clears one. An unchanged transaction is not rewritten. The money events the new and changed rows reveal go
+    /// snapshot) clears one. A transaction not changed, by an answer no later than its word, is not
+    /// rewritten. The money events the new and changed rows reveal go
     /// into the finance journal in the same transaction (`FinanceJournal.record`).
     public func upsertLedger(_ entries: [LedgerEntry]) async throws {
         var seen = Set<String>()
@@ -267,6 +268,9 @@ extension ReconciliationStore {
                    COALESCE(EXCLUDED.offer_discount_type, t.offer_discount_type), COALESCE(EXCLUDED.offer_period, t.offer_period),
                    COALESCE(EXCLUDED.storefront, t.storefront), COALESCE(EXCLUDED.app_transaction_id, t.app_transaction_id),
                    COALESCE(EXCLUDED.signed_product_type, t.signed_product_type))
+               -- Apple's later word is kept even when it changes nothing else: a signed snapshot
+               -- older than it is stale.
+               OR EXCLUDED.apple_as_of > COALESCE(t.apple_as_of, '-infinity')
             RETURNING t.transaction_id
             """)
         let written: [String] = try rows.map { try $0.decode("transaction_id") }

@@ -131,6 +131,17 @@ import Testing
             $0.revocationType = "REFUND_FULL"
         }
         #expect(Self.journal([[cancelled]]) == [["purchase 4490 EUR signed @bought", "refund -4490 EUR signed @refunded"]])
+        // Recorded at the catalog's 4.99, the catalog raised to 5.99, then refunded: 4.99 went back.
+        let raised = Price(milliunits: 5_990, currency: "USD")
+        #expect(Self.journal([[Self.row()], [Self.row(catalog: raised) { Self.refunded(&$0) }]]) == [
+            ["purchase 4990 USD catalog @bought"], ["refund -4990 USD catalog @refunded"],
+        ])
+        // A free trial refunded gives back what it cost: nothing.
+        let trial = Self.row {
+            $0.isTrialPeriod = true
+            Self.refunded(&$0)
+        }
+        #expect(Self.journal([[trial]]) == [["purchase 0 USD catalog @bought", "refund 0 USD catalog @refunded"]])
         // Refunded through the catalog first, then the EUR sale: the refund follows its sale.
         #expect(Self.journal([[Self.row { Self.refunded(&$0) }], [cancelled]]) == [
             ["purchase 4990 USD catalog @bought", "refund -4990 USD catalog @refunded"],
