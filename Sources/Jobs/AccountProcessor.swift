@@ -43,7 +43,7 @@ struct AccountProcessor: Sendable {
         counts.disagreements = answer.disagreements
         counts.otherSourceFailed = answer.otherSourceFailed
         counts.appleRequests = answer.otherSourceRequests
-        return result(work, verifications: answer.verifications, counts: counts)
+        return result(work, verifications: answer.verifications, counts: counts, otherSignedTerms: answer.otherSignedTerms)
     }
 
     /// The result of an account set aside (docs/guarantees.md, "Hostile input"): every receipt failed unread, as
@@ -61,7 +61,8 @@ struct AccountProcessor: Sendable {
     /// The account's result from its receipts' verifications. Synchronous and not inlined: work
     /// inlined into `process` can widen the async frame each account in flight holds.
     @inline(never)
-    private func result(_ work: AccountWork, verifications: [ReceiptVerification], counts: AccountOutcomeCounts) -> AccountResult {
+    private func result(_ work: AccountWork, verifications: [ReceiptVerification], counts: AccountOutcomeCounts,
+                        otherSignedTerms: [String: SignedTerms] = [:]) -> AccountResult {
         var verified: [VerifiedFacts] = []
         var updates: [ReceiptUpdate] = []
         var failures: [FailureRecord] = []
@@ -91,21 +92,22 @@ struct AccountProcessor: Sendable {
             updates.append(update)
         }
         counts.outcome = AccountOutcome.combining(receiptOutcomes)
-        return plan(work, verified: verified, updates: updates, failures: failures, counts: counts)
+        return plan(work, verified: verified, updates: updates, failures: failures, counts: counts, otherSignedTerms: otherSignedTerms)
     }
 
     /// The ledger rows and corrections of an account, from its verified receipts. Only accounts
     /// all of whose receipts verified get corrections: a partial view could revoke wrongly.
     private func plan(_ work: AccountWork, verified: [VerifiedFacts], updates: [ReceiptUpdate], failures: [FailureRecord],
-                      counts: AccountOutcomeCounts) -> AccountResult {
+                      counts: AccountOutcomeCounts, otherSignedTerms: [String: SignedTerms]) -> AccountResult {
         var (updates, counts) = (updates, counts)
         let union = EntitlementRules.union(verified)
         var ledger = union.map {
             // A live answer's word is current as of this run (a signed one as of its signedDate);
             // `receipt.in_app` is the receipt's own, perhaps old, copy.
-            LedgerEntry(
+            let signed = $0.signed ?? otherSignedTerms[$0.transaction.transactionId]
+            return LedgerEntry(
                 accountId: work.accountId, transaction: $0.transaction, environment: $0.environment, source: LedgerSource($0.source),
-                signed: $0.signed, asOf: $0.fromLatestReceiptInfo ? $0.signed?.signedDate ?? now : nil)
+                signed: signed, asOf: $0.fromLatestReceiptInfo ? signed?.signedDate ?? now : nil)
         }
         let isVerified = counts.outcome == .verified && !work.receipts.isEmpty
         // Rows the account's last full verification already wrote are not sent again, within

@@ -26,6 +26,10 @@ struct SourceAnswer: Sendable {
     var disagreements: [Disagreement] = []
     var otherSourceFailed = false
     var otherSourceRequests = 0
+    /// `--source both` with verifyReceipt the authority: Apple's signed money terms the Server API
+    /// gave, by transaction id. The ledger and the journal keep them (a price, its currency, a
+    /// refund's share), though the entitlements follow the authority.
+    var otherSignedTerms: [String: SignedTerms] = [:]
 }
 
 /// What a source found of one stored receipt.
@@ -164,6 +168,9 @@ struct BothSources: AppleAccountSource {
         let (chosen, other) = authority == .serverAPI ? (byServerAPI, byVerifyReceipt.verifications) : (byVerifyReceipt.verifications, byServerAPI)
         var answer = SourceAnswer(verifications: chosen, bundleMismatches: byVerifyReceipt.bundleMismatches)
         answer.otherSourceRequests = other.reduce(0) { $0 + $1.outcome.requests }
+        if authority == .verifyReceipt {
+            for facts in byServerAPI.compactMap(\.facts) { answer.otherSignedTerms.merge(facts.signedTerms) { first, _ in first } }
+        }
         if let left = Self.facts(byVerifyReceipt.verifications), let right = Self.facts(byServerAPI) {
             answer.disagreements = SourceComparison.disagreements(
                 accountId: work.accountId, verifyReceipt: left, serverAPI: right, rules: rules, now: now)

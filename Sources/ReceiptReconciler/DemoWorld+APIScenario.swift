@@ -17,6 +17,11 @@ extension DemoWorld {
         // The bench profile's world is its own: no staged disagreement or notification.
         if profile == .demo {
             api["disagreements"] = [original(.renewedAgain): ["refund": true], original(.autoRenewOff): ["expires_shift_days": 3]]
+            // The unchanged subscriber (acct-0000001) pays 4.49 EUR a month: Apple's signed data says
+            // so, verifyReceipt never does (the demo shows the journal's adjustment when it is learned).
+            api["signed_terms"] = Dictionary(uniqueKeysWithValues: (1...24).map {
+                (original(.unchanged) + String(format: "%03d", $0), ["price": 4490, "currency": "EUR", "storefront": "DEU"] as [String: Any])
+            })
         }
         if profile == .demo && accounts > Self.schedule.firstIndex(of: .consumables)! {
             let nowMs = Int64(now.timeIntervalSince1970 * 1000)

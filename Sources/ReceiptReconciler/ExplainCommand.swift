@@ -237,7 +237,7 @@ enum ExplainOutput {
         out += evidence.moneyEvents.isEmpty ? "  (none)\n" : table(
             ["when", "event", "transaction", "product", "amount", "currency", "from", "revocation", "recorded"],
             evidence.moneyEvents.map { event in
-                [time(event.time), event.kind.rawValue, event.transactionId, event.productId,
+                [time(event.time), event.kind.rawValue + (event.adjusts.map { " of \($0.rawValue)" } ?? ""), event.transactionId, event.productId,
                  event.amount.map(MoneyText.decimal(milliunits:)) ?? "-", event.currency ?? "-", event.amountSource.rawValue,
                  event.revocationType.map { type in type + (event.revocationPercentage.map { " \($0)" } ?? "") } ?? "-",
                  time(event.recordedAt)]

@@ -68,11 +68,13 @@ struct ExplainDocument: Encodable {
         @Nullable var revocationType: String?
         @Nullable var revocationPercentage: Int?
         let recordedAt: Date
+        /// The event an adjustment corrects.
+        @Nullable var adjusts: String?
 
         enum CodingKeys: String, CodingKey {
             case event, eventTime = "event_time", transactionId = "transaction_id", productId = "product_id", amount, currency
             case amountSource = "amount_source", revocationType = "revocation_type", revocationPercentage = "revocation_percentage"
-            case recordedAt = "recorded_at"
+            case recordedAt = "recorded_at", adjusts
         }
 
         init(_ event: FinanceEvent) {
@@ -86,6 +88,7 @@ struct ExplainDocument: Encodable {
             revocationType = event.revocationType
             revocationPercentage = event.revocationPercentage
             recordedAt = event.recordedAt
+            adjusts = event.adjusts?.rawValue
         }
     }
 
