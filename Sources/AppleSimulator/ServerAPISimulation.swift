@@ -326,6 +326,12 @@ extension SimulatedAPIChain {
         }
         if let reason = milliseconds(item["cancellation_reason"]) { signed["revocationReason"] = reason }
         if let upgraded = item["is_upgraded"] { signed["isUpgraded"] = "\(upgraded)" == "true" }
+        // An introductory offer, as Apple signs it: a free trial, or a paid one.
+        if "\(item["is_trial_period"] ?? "")" == "true" {
+            (signed["offerType"], signed["offerDiscountType"]) = (1, "FREE_TRIAL")
+        } else if "\(item["is_in_intro_offer_period"] ?? "")" == "true" {
+            (signed["offerType"], signed["offerDiscountType"]) = (1, "PAY_AS_YOU_GO")
+        }
         signed["quantity"] = milliseconds(item["quantity"]) ?? 1
         signed["type"] = (signed["productId"] as? String).flatMap { productTypes[$0] }
             ?? (signed["expiresDate"] != nil ? "Auto-Renewable Subscription" : "Non-Consumable")

@@ -221,7 +221,21 @@ public struct NotificationWrite {
         try await store.requestReverification(accountId: accountId, now: now)
     }
 
+    /// Upserts a notification's transactions, after noting the account's last live verification
+    /// as Apple's latest word on those it spoke of (their chains were in its answer:
+    /// `ledger_original_transaction_ids`): a verification that changed nothing rewrote no row, and
+    /// a notification signed before it is stale all the same.
     public func upsertLedger(_ entries: [LedgerEntry]) async throws {
+        let rows = try await store.connection.query("""
+            SELECT t.transaction_id, max(r.last_verified_at) AS verified
+            FROM iap.transactions t JOIN iap.app_receipts r
+              ON r.account_id = t.account_id AND COALESCE(t.original_transaction_id, t.transaction_id) = ANY(r.ledger_original_transaction_ids)
+            WHERE t.transaction_id = ANY(\(entries.map(\.transaction.transactionId))) AND r.last_verified_at IS NOT NULL
+            GROUP BY t.transaction_id
+            """)
+        for row in rows {
+            try await ledger.noteLatestWord(transactionIds: [try row.decode("transaction_id")], asOf: try row.decode("verified"))
+        }
         try await ledger.upsertLedger(entries)
     }
 }

@@ -145,7 +145,17 @@ extension ReconciliationStore {
         guard !unique.isEmpty else { return }
         let transactions = unique.map(\.transaction)
         let signed = unique.map(\.signed)
+        // `before`: the rows as they stood (the statement's snapshot), so that only a row whose
+        // money terms changed is looked at again by the journal: most rows a night rewrites
+        // changed otherwise (Apple's word is later), and looking them up doubled its cost.
         let rows = try await connection.query("""
+            WITH before AS (
+                SELECT transaction_id, product_id, original_transaction_id, web_order_line_item_id, purchase_date, expires_date,
+                       cancellation_date, cancellation_reason, is_upgraded, is_trial_period, ownership_type, price_milliunits, currency,
+                       revocation_type, revocation_percentage, offer_discount_type, signed_product_type
+                FROM iap.transactions
+                WHERE transaction_id = ANY(\(PostgresArray(unique.map(\.transaction.transactionId)))::text[])
+            ), written AS (
             INSERT INTO iap.transactions AS t (
                 transaction_id, account_id, original_transaction_id, product_id, purchase_date, original_purchase_date,
                 expires_date, cancellation_date, cancellation_reason, is_upgraded, is_trial_period,
@@ -191,21 +201,25 @@ extension ReconciliationStore {
                 original_purchase_date        = COALESCE(EXCLUDED.original_purchase_date, t.original_purchase_date),
                 expires_date                  = COALESCE(EXCLUDED.expires_date, t.expires_date),
                 -- A cancellation is state, as of Apple's word: an older signed snapshot keeps the
-                -- row's, a current word decides (without one, the purchase was reinstated), an
-                -- undated word cannot bring back one the row's later word no longer showed.
+                -- row's (filling in how its money went when it tells of the same cancellation), a
+                -- current word decides (without one, the purchase was reinstated), an undated
+                -- word cannot bring back one the row's later word no longer showed.
                 cancellation_date             = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.cancellation_date
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL THEN EXCLUDED.cancellation_date
                                                      WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN NULL
                                                      ELSE COALESCE(EXCLUDED.cancellation_date, t.cancellation_date) END,
-                cancellation_reason           = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.cancellation_reason
+                cancellation_reason           = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
+                                                          THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.cancellation_reason, EXCLUDED.cancellation_reason) ELSE t.cancellation_reason END
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
                                                      WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.cancellation_reason
                                                      ELSE COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason) END,
-                revocation_type               = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.revocation_type
+                revocation_type               = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
+                                                          THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_type, EXCLUDED.revocation_type) ELSE t.revocation_type END
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
                                                      WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_type
                                                      ELSE COALESCE(EXCLUDED.revocation_type, t.revocation_type) END,
-                revocation_percentage         = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.revocation_percentage
+                revocation_percentage         = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
+                                                          THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_percentage, EXCLUDED.revocation_percentage) ELSE t.revocation_percentage END
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
                                                      WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_percentage
                                                      ELSE COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage) END,
@@ -244,7 +258,8 @@ extension ReconciliationStore {
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL THEN EXCLUDED.cancellation_date
                                                      WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN NULL
                                                      ELSE COALESCE(EXCLUDED.cancellation_date, t.cancellation_date) END,
-                   CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.cancellation_reason
+                   CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
+                                                          THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.cancellation_reason, EXCLUDED.cancellation_reason) ELSE t.cancellation_reason END
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
                                                      WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.cancellation_reason
                                                      ELSE COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason) END,
@@ -257,24 +272,46 @@ extension ReconciliationStore {
                    COALESCE(EXCLUDED.promotional_offer_id, t.promotional_offer_id),
                    COALESCE(EXCLUDED.ownership_type, t.ownership_type), COALESCE(EXCLUDED.environment, t.environment),
                    COALESCE(EXCLUDED.price_milliunits, t.price_milliunits), COALESCE(EXCLUDED.currency, t.currency),
-                   CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.revocation_type
+                   CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
+                                                          THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_type, EXCLUDED.revocation_type) ELSE t.revocation_type END
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
                                                      WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_type
                                                      ELSE COALESCE(EXCLUDED.revocation_type, t.revocation_type) END,
-                   CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.revocation_percentage
+                   CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
+                                                          THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_percentage, EXCLUDED.revocation_percentage) ELSE t.revocation_percentage END
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
                                                      WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_percentage
                                                      ELSE COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage) END,
                    COALESCE(EXCLUDED.offer_discount_type, t.offer_discount_type), COALESCE(EXCLUDED.offer_period, t.offer_period),
                    COALESCE(EXCLUDED.storefront, t.storefront), COALESCE(EXCLUDED.app_transaction_id, t.app_transaction_id),
                    COALESCE(EXCLUDED.signed_product_type, t.signed_product_type))
-               -- Apple's later word is kept even when it changes nothing else: a signed snapshot
-               -- older than it is stale.
-               OR EXCLUDED.apple_as_of > COALESCE(t.apple_as_of, '-infinity')
-            RETURNING t.transaction_id
+               -- Apple's later signed word is kept even when it changes nothing else: a signed
+               -- snapshot older than it is stale (a live answer's time is noted apart: `noteLatestWord`).
+               OR (EXCLUDED.source IN ('notification_v2', 'server_api') AND EXCLUDED.apple_as_of > COALESCE(t.apple_as_of, '-infinity'))
+            RETURNING t.*
+            )
+            SELECT w.transaction_id FROM written w LEFT JOIN before b USING (transaction_id)
+            WHERE b.transaction_id IS NULL
+               OR (b.product_id, b.original_transaction_id, b.web_order_line_item_id, b.purchase_date, b.expires_date,
+                   b.cancellation_date, b.cancellation_reason, b.is_upgraded, b.is_trial_period, b.ownership_type, b.price_milliunits,
+                   b.currency, b.revocation_type, b.revocation_percentage, b.offer_discount_type, b.signed_product_type)
+                  IS DISTINCT FROM
+                  (w.product_id, w.original_transaction_id, w.web_order_line_item_id, w.purchase_date, w.expires_date,
+                   w.cancellation_date, w.cancellation_reason, w.is_upgraded, w.is_trial_period, w.ownership_type, w.price_milliunits,
+                   w.currency, w.revocation_type, w.revocation_percentage, w.offer_discount_type, w.signed_product_type)
             """)
         let written: [String] = try rows.map { try $0.decode("transaction_id") }
         try await FinanceJournal.record(written, connection: connection)
+    }
+
+    /// Notes that Apple's word on these transactions was as of `asOf` (the account's last live
+    /// verification), before a notification's older word is merged: a verification that changed
+    /// nothing rewrote no row, and a REFUND signed before it must still be known stale.
+    public func noteLatestWord(transactionIds: [String], asOf: Date) async throws {
+        try await connection.execute("""
+            UPDATE iap.transactions SET apple_as_of = \(asOf)
+            WHERE transaction_id = ANY(\(transactionIds)) AND COALESCE(apple_as_of, '-infinity') < \(asOf)
+            """)
     }
 
     func insertPlannedCorrections(runId: Int64, _ corrections: [Correction]) async throws {

@@ -211,23 +211,34 @@ import TestSupport
                 if closes { reads.append(end + 1_000) }
                 // The word the job was told last, as the ledger keeps it (docs/database.md, "The ledger").
                 var (dated, latest, signedSeen, prorationKnown) = (Int64.min, Int64.min, false, false)
+                var lastLive: Int64?
                 for (number, time) in reads.enumerated() {
                     let source = closes && number == reads.count - 1 ? (unsignedOnly ? .verifyReceipt : .serverAPI) : sources[pick(sources.count)]
                     // v1 has no reversal to tell.
                     let past = events.filter { $0 <= time && (source != .notificationV1 || $0 != sale.reversal) }
                     let event = past[pick(past.count)]
                     let entries = try Self.entries(sale, source: source, time: time, event: event, copy: sale.copies[0])
+                    let isNotification = source == .notificationV1 || source == .notificationV2
                     for _ in 0..<2 {
-                        try await connection.withTransaction { connection in
-                            try await ReconciliationStore(connection: connection).upsertLedger(entries)
+                        try await connection.withTransaction { [lastLive] connection in
+                            let store = ReconciliationStore(connection: connection)
+                            // As a notification's processing does: the account's last live verification first.
+                            if isNotification, let lastLive {
+                                try await store.noteLatestWord(transactionIds: entries.map(\.transaction.transactionId),
+                                                               asOf: Date(timeIntervalSince1970: Double(lastLive) / 1000))
+                            }
+                            try await store.upsertLedger(entries)
                         }
                     }
+                    if !isNotification { lastLive = time }
                     told["\(sale.account)/\(sale.copies[0])", default: "\(sale)"] += "; \(source)@\(time) of \(event)"
                     let word = source == .notificationV2 || source == .notificationV1 ? event : time
                     if source != .notificationV1 {
                         if [.serverAPI, .notificationV2].contains(source) {
                             signedSeen = true
-                            if word >= dated && sale.cancelled(at: word) { prorationKnown = true }
+                            // A word not stale decides; a stale one still tells how the money of
+                            // the cancellation the row shows went.
+                            if sale.cancelled(at: word) && (word >= dated || sale.cancelled(at: latest)) { prorationKnown = true }
                         }
                         dated = max(dated, word)
                     }
