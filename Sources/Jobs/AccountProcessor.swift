@@ -101,13 +101,14 @@ struct AccountProcessor: Sendable {
                       counts: AccountOutcomeCounts, otherSignedTerms: [String: SignedTerms]) -> AccountResult {
         var (updates, counts) = (updates, counts)
         let union = EntitlementRules.union(verified)
+        // The answers' own time (docs/database.md, "The ledger"), not the run's start: a word is
+        // as late as Apple gave it, and a reversal it shows belongs to that day.
+        let answeredAt = Date()
         var ledger = union.map {
-            // A live answer's word is current as of this run (a signed one as of its signedDate);
-            // `receipt.in_app` is the receipt's own, perhaps old, copy.
             let signed = $0.signed ?? otherSignedTerms[$0.transaction.transactionId]
             return LedgerEntry(
                 accountId: work.accountId, transaction: $0.transaction, environment: $0.environment, source: LedgerSource($0.source),
-                signed: signed, asOf: $0.fromLatestReceiptInfo ? signed?.signedDate ?? now : nil)
+                signed: signed, asOf: isCurrent($0, signed: signed) ? $0.signed?.signedDate ?? answeredAt : nil)
         }
         let isVerified = counts.outcome == .verified && !work.receipts.isEmpty
         // Rows the account's last full verification already wrote are not sent again, within
@@ -141,6 +142,16 @@ struct AccountProcessor: Sendable {
         }
         return AccountResult(accountId: work.accountId, counts: counts, receiptUpdates: updates, ledger: ledger,
                              renewals: renewals, corrections: corrections, failures: failures, disagreements: counts.disagreements)
+    }
+
+    /// Whether an answer's copy of a transaction is Apple's current word on its cancellation, so
+    /// that one without a cancellation clears a refund. Signed data says it in every environment.
+    /// verifyReceipt's `latest_receipt_info` does, except where Apple never shows a refund there
+    /// (a consumable's, a sandbox one's); `receipt.in_app` is the receipt's own, perhaps old, copy.
+    private func isCurrent(_ item: AccountTransaction, signed: SignedTerms?) -> Bool {
+        if item.source == .serverAPI { return true }
+        let consumable = (signed?.productType ?? rules.catalog[item.transaction.productId]?.type) == .consumable
+        return item.fromLatestReceiptInfo && item.environment == .production && !consumable
     }
 
     /// What the run writes back to a receipt row after its verification: what Apple said, the

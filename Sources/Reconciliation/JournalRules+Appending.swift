@@ -15,19 +15,28 @@ struct Appending {
     /// catalog's, another currency, an offer's price, a trial learned late), adjusted to them.
     /// Returns what the sale is worth now, which its refunds are priced from.
     mutating func sale(_ rows: [JournalTransaction]) -> SaleTerms {
-        let held = recorded.filter(\.isSale)
+        let sales = recorded.filter(\.isSale)
         // The sale is the purchase where two were recorded before sales had keys (a restored copy).
-        guard let event = held.filter({ $0.kind != .adjustment }).min(by: { ($0.kind == .purchase ? 0 : 1, $0.time, $0.transactionId)
+        guard let event = sales.filter({ $0.kind != .adjustment }).min(by: { ($0.kind == .purchase ? 0 : 1, $0.time, $0.transactionId)
             < ($1.kind == .purchase ? 0 : 1, $1.time, $1.transactionId) }) else {
             let saleRow = rows.first { $0.transactionId == ($0.originalTransactionId ?? $0.transactionId) }
                 ?? rows.min { ($0.purchaseDate ?? .distantFuture, $0.transactionId) < ($1.purchaseDate ?? .distantFuture, $1.transactionId) }!
             let terms = SaleTerms(rows: rows, saleRow: saleRow)
-            // Apple always sends a purchase date; a row without one has no sale to date.
-            guard let time = saleRow.purchaseDate ?? rows.compactMap(\.purchaseDate).min() else { return terms }
+            // Apple always sends a purchase date; a row without one has no sale to date. A
+            // non-consumable was sold when first bought, whichever copy (a restore) told of it.
+            let bought = saleRow.productType == .nonConsumable ? saleRow.originalPurchaseDate ?? saleRow.purchaseDate : saleRow.purchaseDate
+            guard let time = bought ?? rows.compactMap(\.purchaseDate).min() else { return terms }
             append(kind: Self.saleKind(rows), adjusts: nil, transactionId: saleRow.transactionId, time: time, amount: terms.amount,
                    currency: terms.currency, price: terms.price, source: terms.source)
             return terms
         }
+        // A second sale recorded before sales had keys (a restored copy's) is reversed at its
+        // own time, in its own period; the sale is the one that stays.
+        for duplicate in sales where duplicate.kind != .adjustment && duplicate != event {
+            let own = JournalRules.net(sales.filter { $0.transactionId == duplicate.transactionId })
+            adjust(from: own, to: [:], adjusts: duplicate.kind, of: duplicate, price: duplicate.price, source: duplicate.amountSource)
+        }
+        let held = sales.filter { $0.transactionId == event.transactionId }
         let saleRow = rows.first { $0.transactionId == event.transactionId } ?? rows[0]
         let target = SaleTerms(rows: rows, saleRow: saleRow)
         let latest = held.last!

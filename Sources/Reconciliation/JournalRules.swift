@@ -10,6 +10,8 @@ public struct JournalTransaction: Sendable, Equatable {
     /// Apple's signed type, else the catalog's, else "an expiry means auto-renewable".
     public var productType: ProductType
     public var purchaseDate: Date?
+    /// The purchase's own date, where this is a restored copy of it.
+    public var originalPurchaseDate: Date?
     public var cancellationDate: Date?
     public var cancellationReason: Int?
     public var isUpgraded: Bool?
@@ -24,7 +26,8 @@ public struct JournalTransaction: Sendable, Equatable {
     public var appleAsOf: Date?
 
     public init(transactionId: String, originalTransactionId: String? = nil, webOrderLineItemId: String? = nil,
-                productType: ProductType, purchaseDate: Date? = nil, cancellationDate: Date? = nil, cancellationReason: Int? = nil,
+                productType: ProductType, purchaseDate: Date? = nil, originalPurchaseDate: Date? = nil, cancellationDate: Date? = nil,
+                cancellationReason: Int? = nil,
                 isUpgraded: Bool? = nil, isTrialPeriod: Bool? = nil, ownershipType: String? = nil, offerDiscountType: String? = nil,
                 signedPrice: Price? = nil, catalogPrice: Price? = nil, revocationType: String? = nil, revocationPercentage: Int? = nil,
                 appleAsOf: Date? = nil) {
@@ -33,6 +36,7 @@ public struct JournalTransaction: Sendable, Equatable {
         self.webOrderLineItemId = webOrderLineItemId
         self.productType = productType
         self.purchaseDate = purchaseDate
+        self.originalPurchaseDate = originalPurchaseDate
         self.cancellationDate = cancellationDate
         self.cancellationReason = cancellationReason
         self.isUpgraded = isUpgraded

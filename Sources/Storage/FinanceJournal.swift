@@ -35,7 +35,8 @@ public enum FinanceJournal {
             ORDER BY id
             """) {
             let record = try Self.record(row)
-            guard let key = try row.decode("sale_key", as: String?.self) ?? keyOf[record.transactionId] else { continue }
+            // A sale whose key changed (its product's type learned late) is still that sale.
+            guard let key = try keyOf[record.transactionId] ?? row.decode("sale_key", as: String?.self) else { continue }
             recorded[key, default: []].append(record)
             named.insert(record.transactionId)
         }
@@ -92,10 +93,20 @@ public enum FinanceJournal {
         var recorded = 0
         while true {
             let (ids, events) = try await connection.withTransaction { connection in
+                // A thousand rows, with every row of the backlog of the same chains: a sale's
+                // copies (a restore) are looked at together.
                 let ids: [String] = try await connection.query("""
-                    DELETE FROM iap.journal_backlog WHERE transaction_id IN (
-                        SELECT transaction_id FROM iap.journal_backlog ORDER BY transaction_id LIMIT 1000 FOR UPDATE SKIP LOCKED)
-                    RETURNING transaction_id
+                    WITH first AS (
+                        SELECT transaction_id FROM iap.journal_backlog ORDER BY transaction_id LIMIT 1000 FOR UPDATE SKIP LOCKED
+                    ), chains AS (
+                        SELECT DISTINCT COALESCE(t.original_transaction_id, t.transaction_id) AS chain
+                        FROM first JOIN iap.transactions t USING (transaction_id)
+                    )
+                    DELETE FROM iap.journal_backlog b
+                    WHERE b.transaction_id IN (SELECT transaction_id FROM first)
+                       OR b.transaction_id IN (SELECT t.transaction_id FROM iap.transactions t JOIN chains c
+                                               ON COALESCE(t.original_transaction_id, t.transaction_id) = c.chain)
+                    RETURNING b.transaction_id
                     """).map { try $0.decode("transaction_id") }
                 return (ids, try await record(ids, connection: connection))
             }
@@ -117,7 +128,7 @@ public enum FinanceJournal {
         var rows: [String: JournalTransaction] = [:]
         for row in try await connection.query("""
             SELECT t.transaction_id, t.original_transaction_id, t.web_order_line_item_id, t.signed_product_type, t.expires_date,
-                   t.purchase_date, t.cancellation_date, t.cancellation_reason, t.is_upgraded, t.is_trial_period, t.ownership_type,
+                   t.purchase_date, t.original_purchase_date, t.cancellation_date, t.cancellation_reason, t.is_upgraded, t.is_trial_period, t.ownership_type,
                    t.offer_discount_type, t.price_milliunits, t.currency, t.revocation_type, t.revocation_percentage, t.apple_as_of,
                    p.type AS catalog_type, p.currency AS catalog_currency,
                    -- The catalog is the operator's: a price past a trillion is no price, never an overflow.
@@ -137,7 +148,8 @@ public enum FinanceJournal {
                 transactionId: try row.decode("transaction_id"), originalTransactionId: try row.decode("original_transaction_id"),
                 webOrderLineItemId: try row.decode("web_order_line_item_id"),
                 productType: signedType ?? catalogType ?? (expires != nil ? .autoRenewable : .nonConsumable),
-                purchaseDate: try row.decode("purchase_date"), cancellationDate: try row.decode("cancellation_date"),
+                purchaseDate: try row.decode("purchase_date"), originalPurchaseDate: try row.decode("original_purchase_date"),
+                cancellationDate: try row.decode("cancellation_date"),
                 cancellationReason: try row.decode("cancellation_reason"), isUpgraded: try row.decode("is_upgraded"),
                 isTrialPeriod: try row.decode("is_trial_period"), ownershipType: try row.decode("ownership_type"),
                 offerDiscountType: try row.decode("offer_discount_type"), signedPrice: try price("price_milliunits", "currency"),

@@ -215,11 +215,15 @@ extension ReconciliationStore {
                                                      ELSE COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason) END,
                 revocation_type               = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
                                                           THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_type, EXCLUDED.revocation_type) ELSE t.revocation_type END
+                                                     -- Another cancellation than the row's: its own terms, or none.
+                                                     WHEN EXCLUDED.cancellation_date <> t.cancellation_date THEN EXCLUDED.revocation_type
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
                                                      WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_type
                                                      ELSE COALESCE(EXCLUDED.revocation_type, t.revocation_type) END,
                 revocation_percentage         = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
                                                           THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_percentage, EXCLUDED.revocation_percentage) ELSE t.revocation_percentage END
+                                                     -- Another cancellation than the row's: its own terms, or none.
+                                                     WHEN EXCLUDED.cancellation_date <> t.cancellation_date THEN EXCLUDED.revocation_percentage
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
                                                      WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_percentage
                                                      ELSE COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage) END,
@@ -274,11 +278,15 @@ extension ReconciliationStore {
                    COALESCE(EXCLUDED.price_milliunits, t.price_milliunits), COALESCE(EXCLUDED.currency, t.currency),
                    CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
                                                           THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_type, EXCLUDED.revocation_type) ELSE t.revocation_type END
+                                                     -- Another cancellation than the row's: its own terms, or none.
+                                                     WHEN EXCLUDED.cancellation_date <> t.cancellation_date THEN EXCLUDED.revocation_type
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
                                                      WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_type
                                                      ELSE COALESCE(EXCLUDED.revocation_type, t.revocation_type) END,
                    CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
                                                           THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_percentage, EXCLUDED.revocation_percentage) ELSE t.revocation_percentage END
+                                                     -- Another cancellation than the row's: its own terms, or none.
+                                                     WHEN EXCLUDED.cancellation_date <> t.cancellation_date THEN EXCLUDED.revocation_percentage
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
                                                      WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_percentage
                                                      ELSE COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage) END,

@@ -115,7 +115,7 @@ public struct LedgerEntry: Sendable {
     /// The meaning of the digest. Raise it whenever the ledger's columns or what the run writes
     /// into them change: every stored digest then differs, and each account's ledger is rewritten
     /// once by its next run.
-    public static let digestVersion = 5  // 3: the renewal state is part of what is written; 4: the signed money terms; 5: the signed product type
+    public static let digestVersion = 6  // 3: the renewal state is part of what is written; 4: the signed money terms; 5: the signed product type; 6: the word's time (apple_as_of)
 
     /// FNV-1a (64 bits) over the digest's version, the account's ledger refresh window and every
     /// column the ledger upsert writes, in order: the same rows give the same digest in every

@@ -192,7 +192,7 @@ import Testing
         let twice = Self.records(JournalRules.appends(rows: [Self.row()], recorded: [], now: Self.now)
             + JournalRules.appends(rows: [Self.row("t9", original: "t1")], recorded: [], now: Self.now))
         #expect(Self.text(JournalRules.appends(rows: [Self.row(), Self.row("t9", original: "t1")], recorded: twice, now: Self.now))
-                == ["adjustment/purchase -4990 USD catalog @bought"])
+                == ["adjustment/renewal -4990 USD catalog @bought"])
     }
 
     @Test func aProratedAmountRoundsHalfAwayFromZeroWithoutOverflow() {
