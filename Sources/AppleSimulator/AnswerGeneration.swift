@@ -16,7 +16,7 @@ import Foundation
 ///                          "expiration_intent": 2, "ownership": "PURCHASED", "group": "20662382",
 ///                          "trial": true, "restored_copy": false}],
 ///       "purchases": [{"product_id": "coins.100", "transaction_id": "2000001", "purchase_ms": 1700000000000,
-///                      "cancel": {"at_ms": 1700100000000, "reason": 0}}]
+///                      "cancel": {"at_ms": 1700100000000, "reason": 0}, "in_latest": false}]
 ///     }
 ///
 /// A subscription of n renewals has n transactions; the first has the original's id, renewal i
@@ -54,6 +54,8 @@ struct AnswerGeneration: Sendable {
         var purchaseMilliseconds: Int64
         var quantity: Int
         var cancellation: Cancellation?
+        /// Listed in `latest_receipt_info` too, as Apple lists in-app purchases beside subscriptions.
+        var inLatest = false
     }
 
     var status: Int
@@ -104,7 +106,7 @@ struct AnswerGeneration: Sendable {
             }
             return Purchase(
                 productId: product, transactionId: id, purchaseMilliseconds: int64(item["purchase_ms"]) ?? 1_700_000_000_000,
-                quantity: item["quantity"] as? Int ?? 1, cancellation: cancellation(item["cancel"]))
+                quantity: item["quantity"] as? Int ?? 1, cancellation: cancellation(item["cancel"]), inLatest: item["in_latest"] as? Bool ?? false)
         }
     }
 
@@ -160,6 +162,7 @@ struct AnswerGeneration: Sendable {
             pending.append(renewal)
         }
         var purchasesJSON: [JSONText] = []
+        var latestPurchases: [JSONText] = []
         for purchase in purchases {
             var transaction = Self.transaction(
                 productId: purchase.productId, transactionId: purchase.transactionId, originalTransactionId: purchase.transactionId,
@@ -170,6 +173,7 @@ struct AnswerGeneration: Sendable {
             if let cancellation = purchase.cancellation { Self.addCancellation(cancellation, to: &transaction) }
             transaction.close()
             purchasesJSON.append(transaction)
+            if purchase.inLatest { latestPurchases.append(transaction) }
         }
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         json.open()
@@ -189,9 +193,9 @@ struct AnswerGeneration: Sendable {
         json.array(chains.flatMap { $0 } + purchasesJSON)
         json.close()
         json.field("latest_receipt", latestReceipt ?? receiptData)
-        if !subscriptions.isEmpty {
+        if !subscriptions.isEmpty || !latestPurchases.isEmpty {
             // Sorted by purchase date, as Apple sorts latest_receipt_info.
-            let latest = chains.flatMap { excludeOldTransactions ? Array($0.suffix(1)) : $0 }
+            let latest = chains.flatMap { excludeOldTransactions ? Array($0.suffix(1)) : $0 } + latestPurchases
             json.key("latest_receipt_info")
             json.array(latest.sorted { $0.sortKey < $1.sortKey })
             json.key("pending_renewal_info")
