@@ -245,7 +245,8 @@ extension ReconciliationStore {
                 storefront                    = COALESCE(EXCLUDED.storefront, t.storefront),
                 app_transaction_id            = COALESCE(EXCLUDED.app_transaction_id, t.app_transaction_id),
                 signed_product_type           = COALESCE(EXCLUDED.signed_product_type, t.signed_product_type),
-                apple_as_of                   = GREATEST(t.apple_as_of, EXCLUDED.apple_as_of),
+                -- A word that tells of a cancellation is at least as late as it (an undated v1 REFUND's too).
+                apple_as_of                   = GREATEST(t.apple_as_of, EXCLUDED.apple_as_of, EXCLUDED.cancellation_date),
                 updated_at                    = now()
             WHERE (t.product_id, t.original_transaction_id, t.purchase_date, t.original_purchase_date, t.expires_date,
                    t.cancellation_date, t.cancellation_reason, t.is_upgraded, t.is_trial_period,

@@ -242,7 +242,11 @@ import TestSupport
                         }
                         dated = max(dated, word)
                     }
-                    if source != .notificationV1 || sale.refund?.at == event { latest = max(latest, word) }
+                    // A word telling of a cancellation is at least as late as it (a v1 REFUND's too).
+                    if source != .notificationV1 || sale.refund?.at == event {
+                        latest = max(latest, word)
+                        dated = max(dated, word)
+                    }
                 }
                 let key = "\(sale.account)/\(sale.copies[0])"
                 for copy in sale.copies { saleOf[copy] = key }
