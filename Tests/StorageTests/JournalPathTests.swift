@@ -17,7 +17,6 @@ import TestSupport
 /// through the real decoders and the real ledger upsert, twice. Each sale's net per currency must
 /// end equal to the money that moved, worked out here from the world alone.
 @Suite(.serialized) struct JournalPathTests {
-    static let catalog = 4_990  // every product's catalog price, in USD
 
     struct Sale {
         enum Kind: CaseIterable { case subscription, nonConsumable, consumable }
@@ -56,7 +55,9 @@ import TestSupport
         let start = 1_780_000_000_000 + Int64(index) * 10_000_000
         for period in 0..<periods {
             let id = "w\(index)p\(period)"
-            var sale = Sale(kind: kind, account: "a\(index)", product: ["sub", "life", "coins"][Sale.Kind.allCases.firstIndex(of: kind)!],
+            // The worlds only unsigned sources tell have products of their own, whose catalog price changes.
+            let product = ["sub", "life", "coins"][Sale.Kind.allCases.firstIndex(of: kind)!] + (index % 4 == 3 ? "-\(index)" : "")
+            var sale = Sale(kind: kind, account: "a\(index)", product: product,
                             copies: [id], original: kind == .subscription ? "w\(index)p0" : id, line: kind == .subscription ? "\(index)\(period)" : nil,
                             paid: Int64(1 + pick(90_000)), currency: currency, purchase: start + Int64(period) * 1_000_000)
             // Restored on another device: the same purchase, never revoked itself (Apple revokes the purchase's transaction).
@@ -84,11 +85,12 @@ import TestSupport
     }
 
     /// What moved, per currency, as the latest word the job was told says (at `latest`): Apple's
-    /// signed price when any signed source told it, else the catalog's (USD); a prorated refund's
+    /// signed price when any signed source told it, else the catalog's when the sale was first
+    /// recorded (USD); a prorated refund's
     /// percentage when a signed word that was not stale showed it, else the whole price.
-    static func expected(_ sale: Sale, latest: Int64, signed: Bool, prorationKnown: Bool) -> [String: Int64] {
+    static func expected(_ sale: Sale, latest: Int64, signed: Bool, prorationKnown: Bool, catalogPrice: Int64) -> [String: Int64] {
         guard !sale.family else { return [:] }
-        let (price, currency) = signed ? (sale.paid, sale.currency) : (sale.trial ? 0 : Int64(catalog), "USD")
+        let (price, currency) = signed ? (sale.paid, sale.currency) : (sale.trial ? 0 : catalogPrice, "USD")
         var net = price
         if sale.cancelled(at: latest) {
             if prorationKnown, let percentage = sale.refund?.prorated {
@@ -200,6 +202,13 @@ import TestSupport
             let sales = Self.world(&generator, index: index)
             let unsignedOnly = index % 4 == 3
             let sources: [Source] = unsignedOnly ? [.verifyReceipt, .notificationV1] : Source.allCases
+            if unsignedOnly {
+                let type = ["auto_renewable", "non_consumable", "consumable"][Sale.Kind.allCases.firstIndex(of: sales[0].kind)!]
+                try await connection.execute("""
+                    INSERT INTO iap.products (product_id, type, price, currency) VALUES (\(sales[0].product), \(type), 4.99, 'USD')
+                    """)
+            }
+            var (catalogPrice, recordedPrice): (Int64, Int64) = (4_990, 4_990)
             for sale in sales {
                 let events = [sale.purchase] + [sale.refund?.at, sale.reversal].compactMap { $0 }
                 let end = events.max()! + 50_000
@@ -231,6 +240,14 @@ import TestSupport
                         }
                     }
                     if !isNotification { lastLive = time }
+                    // The operator raises the price once the world's first sale is recorded: no sale
+                    // made before changes, a later one is sold at the new price.
+                    if unsignedOnly && number == 0 && catalogPrice == 4_990 {
+                        try await connection.execute("UPDATE iap.products SET price = 5.99 WHERE product_id = \(sale.product)")
+                        (recordedPrice, catalogPrice) = (4_990, 5_990)
+                    } else if number == 0 {
+                        recordedPrice = catalogPrice
+                    }
                     told["\(sale.account)/\(sale.copies[0])", default: "\(sale)"] += "; \(source)@\(time) of \(event)"
                     let word = source == .notificationV2 || source == .notificationV1 ? event : time
                     if source != .notificationV1 {
@@ -250,7 +267,8 @@ import TestSupport
                 }
                 let key = "\(sale.account)/\(sale.copies[0])"
                 for copy in sale.copies { saleOf[copy] = key }
-                expected[key] = Self.expected(sale, latest: latest, signed: signedSeen, prorationKnown: prorationKnown)
+                expected[key] = Self.expected(sale, latest: latest, signed: signedSeen, prorationKnown: prorationKnown,
+                                              catalogPrice: recordedPrice)
             }
         }
         var actual: [String: [String: Int64]] = [:]
