@@ -23,12 +23,12 @@ public enum FinanceJournal {
         var keyOf = rows.mapValues(JournalRules.saleKey)
         let keys = Array(Set(keyOf.values)).sorted()
         try await connection.execute("""
-            SELECT pg_advisory_xact_lock(\(saleLockSpace), k) FROM (SELECT k FROM unnest(\(PostgresArray(keys.map(saleLock)))::integer[]) k ORDER BY k) s
+            SELECT pg_advisory_xact_lock(\(saleLockSpace), k) FROM (SELECT DISTINCT k FROM unnest(\(PostgresArray(keys.map(saleLock)))::integer[]) k ORDER BY k) s
             """)
         let stamp: Date = try await connection.query("SELECT date_trunc('milliseconds', clock_timestamp()) AS stamp")[0].decode("stamp")
         // Rows recorded before sales had keys are found by their own transaction id.
         var recorded: [String: [JournalRecord]] = [:]
-        var named = Set<String>()
+        var recordKeyOf: [String: String] = [:]
         for row in try await connection.query("""
             SELECT event, adjusts, transaction_id, event_time, amount_milliunits, currency, price_milliunits, amount_source, sale_key
             FROM iap.finance_journal WHERE sale_key = ANY(\(keys)) OR transaction_id = ANY(\(Array(rows.keys)))
@@ -38,22 +38,28 @@ public enum FinanceJournal {
             // A sale whose key changed (its product's type learned late) is still that sale.
             guard let key = try keyOf[record.transactionId] ?? row.decode("sale_key", as: String?.self) else { continue }
             recorded[key, default: []].append(record)
-            named.insert(record.transactionId)
+            recordKeyOf[record.transactionId] = recordKeyOf[record.transactionId] ?? key
         }
         // A recorded event's own row decides whether its refund still stands: read it too.
-        let unread = named.subtracting(rows.keys)
+        let unread = Set(recordKeyOf.keys).subtracting(rows.keys)
         if !unread.isEmpty {
             for (id, row) in try await ledgerRows(Array(unread), connection: connection) {
                 rows[id] = row
-                keyOf[id] = keyOf[id] ?? recorded.first { $0.value.contains { $0.transactionId == id } }?.key
+                keyOf[id] = keyOf[id] ?? recordKeyOf[id]
             }
+        }
+        // Each sale's rows: those of its key, and those its recorded events name. Grouped once:
+        // a night's first batches carry thousands of sales.
+        var rowsOfKey: [String: [String: JournalTransaction]] = [:]
+        for (id, row) in rows {
+            if let key = keyOf[id] { rowsOfKey[key, default: [:]][id] = row }
         }
         var appends: [(key: String, append: JournalAppend)] = []
         for key in keys {
             let records = recorded[key] ?? []
-            let ids = Set(records.map(\.transactionId))
-            let sale = rows.values.filter { keyOf[$0.transactionId] == key || ids.contains($0.transactionId) }
-            appends += JournalRules.appends(rows: sale, recorded: records, now: stamp).map { (key, $0) }
+            var sale = rowsOfKey[key] ?? [:]
+            for record in records where sale[record.transactionId] == nil { sale[record.transactionId] = rows[record.transactionId] }
+            appends += JournalRules.appends(rows: Array(sale.values), recorded: records, now: stamp).map { (key, $0) }
         }
         guard !appends.isEmpty else { return 0 }
         return try await connection.execute("""
@@ -116,12 +122,14 @@ public enum FinanceJournal {
     }
 
     /// Advisory locks of sales: `pg_advisory_xact_lock(saleLockSpace, saleLock(key))`, a space
-    /// of their own ("rj"), apart from the job's single-key locks.
+    /// of their own ("rj"), apart from the job's single-key locks. A thousand and twenty-four of
+    /// them, sales sharing one: a night's first batch holds thousands of sales, and PostgreSQL's
+    /// lock table is shared by every session (64 locks a connection by default).
     static let saleLockSpace: Int32 = 0x726A
     static func saleLock(_ key: String) -> Int32 {
         var hash = FNV1a()
         hash.combine(key)
-        return Int32(truncatingIfNeeded: hash.value)
+        return Int32(hash.value % 1024)
     }
 
     static func ledgerRows(_ ids: [String], connection: PostgresConnection) async throws -> [String: JournalTransaction] {
