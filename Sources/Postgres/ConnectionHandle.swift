@@ -49,6 +49,11 @@ final class ConnectionHandle: @unchecked Sendable {
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
         // One clock and one text format for every value this code reads and writes.
         try executeScript("SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'iso_8601'")
+        // No JIT: this code's statements touch a batch's rows by key, and a table that grew since
+        // its statistics (a first night) inflates their estimates past JIT's threshold, each then
+        // compiled for hundreds of milliseconds to run for a few (BENCHMARKS.md, "The finance
+        // journal on every path: what it costs").
+        try executeScript("SELECT set_config('jit', 'off', false) FROM pg_settings WHERE name = 'jit'")
     }
 
     func close() {

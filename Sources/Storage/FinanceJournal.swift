@@ -17,9 +17,15 @@ public enum FinanceJournal {
     @discardableResult
     static func record(_ transactionIds: [String], connection: PostgresConnection) async throws -> Int {
         guard !transactionIds.isEmpty else { return 0 }
-        try await connection.execute("SELECT pg_advisory_xact_lock_shared(\(FinanceLedger.recordingKey))")
-        var rows = try await ledgerRows(transactionIds, connection: connection)
+        return try await record(rows: try await ledgerRows(transactionIds, connection: connection), connection: connection)
+    }
+
+    /// `record` of rows already read as `ledgerRows` reads them (the ledger upsert returns them).
+    @discardableResult
+    static func record(rows: [String: JournalTransaction], connection: PostgresConnection) async throws -> Int {
         guard !rows.isEmpty else { return 0 }
+        var rows = rows
+        try await connection.execute("SELECT pg_advisory_xact_lock_shared(\(FinanceLedger.recordingKey))")
         var keyOf = rows.mapValues(JournalRules.saleKey)
         let keys = Array(Set(keyOf.values)).sorted()
         try await connection.execute("""
@@ -29,9 +35,19 @@ public enum FinanceJournal {
         // Rows recorded before sales had keys are found by their own transaction id.
         var recorded: [String: [JournalRecord]] = [:]
         var recordKeyOf: [String: String] = [:]
+        // Key by key, through the indexes: a plan for `sale_key = ANY(...)` would be chosen from
+        // statistics, and on a first night, whose journal grows faster than they follow, it was a
+        // scan of the whole journal for every batch.
         for row in try await connection.query("""
-            SELECT event, adjusts, transaction_id, event_time, amount_milliunits, currency, price_milliunits, amount_source, sale_key
-            FROM iap.finance_journal WHERE sale_key = ANY(\(keys)) OR transaction_id = ANY(\(Array(rows.keys)))
+            SELECT j.* FROM unnest(\(keys)::text[]) AS k(key)
+                CROSS JOIN LATERAL (SELECT id, event, adjusts, transaction_id, event_time, amount_milliunits, currency, price_milliunits,
+                                           amount_source, sale_key
+                                    FROM iap.finance_journal WHERE sale_key = k.key OFFSET 0) j
+            UNION
+            SELECT j.* FROM unnest(\(Array(rows.keys))::text[]) AS i(id)
+                CROSS JOIN LATERAL (SELECT id, event, adjusts, transaction_id, event_time, amount_milliunits, currency, price_milliunits,
+                                           amount_source, sale_key
+                                    FROM iap.finance_journal WHERE transaction_id = i.id OFFSET 0) j
             ORDER BY id
             """) {
             let record = try Self.record(row)
@@ -86,7 +102,8 @@ public enum FinanceJournal {
                 \(PostgresArray(appends.map { $0.append.adjusts?.rawValue }))::text[],
                 \(PostgresArray(appends.map(\.key)))::text[]) WITH ORDINALITY
                 AS a(event, event_time, occurrence, product_type, transaction_id, price, currency, amount, amount_source, adjusts, sale_key, n)
-            JOIN iap.transactions t USING (transaction_id)
+            -- Row by row through the key (as the lookup above): never a scan of the ledger.
+            CROSS JOIN LATERAL (SELECT * FROM iap.transactions WHERE transaction_id = a.transaction_id OFFSET 0) t
             ORDER BY a.n
             ON CONFLICT (transaction_id, event, occurrence) DO NOTHING
             """)
@@ -133,8 +150,7 @@ public enum FinanceJournal {
     }
 
     static func ledgerRows(_ ids: [String], connection: PostgresConnection) async throws -> [String: JournalTransaction] {
-        var rows: [String: JournalTransaction] = [:]
-        for row in try await connection.query("""
+        try journalTransactions(try await connection.query("""
             SELECT t.transaction_id, t.original_transaction_id, t.web_order_line_item_id, t.signed_product_type, t.expires_date,
                    t.purchase_date, t.original_purchase_date, t.cancellation_date, t.cancellation_reason, t.is_upgraded, t.is_trial_period, t.ownership_type,
                    t.offer_discount_type, t.price_milliunits, t.currency, t.revocation_type, t.revocation_percentage, t.apple_as_of,
@@ -143,7 +159,13 @@ public enum FinanceJournal {
                    CASE WHEN p.price BETWEEN 0 AND 1e12 THEN round(p.price * 1000)::bigint END AS catalog_price
             FROM iap.transactions t LEFT JOIN iap.products p USING (product_id)
             WHERE t.transaction_id = ANY(\(ids))
-            """) {
+            """))
+    }
+
+    /// Ledger rows with their catalog terms, as `ledgerRows` selects them, by transaction id.
+    static func journalTransactions(_ selected: [PostgresRow]) throws -> [String: JournalTransaction] {
+        var rows: [String: JournalTransaction] = [:]
+        for row in selected {
             let signedType = try row.decode("signed_product_type", as: String?.self).flatMap(SignedProductType.init(rawValue:))
                 .flatMap { signed in ProductType.allCases.first { $0.signedType == signed } }
             let catalogType = try row.decode("catalog_type", as: String?.self).flatMap(ProductType.init(rawValue:))

@@ -145,17 +145,11 @@ extension ReconciliationStore {
         guard !unique.isEmpty else { return }
         let transactions = unique.map(\.transaction)
         let signed = unique.map(\.signed)
-        // `before`: the rows as they stood (the statement's snapshot), so that only a row whose
-        // money terms changed is looked at again by the journal: most rows a night rewrites
-        // changed otherwise (Apple's word is later), and looking them up doubled its cost.
+        // The rows written are joined to the ledger as it stood (every part of a statement reads
+        // its snapshot), so that only a row whose money terms changed is looked at again by the
+        // journal: most rows a night rewrites changed otherwise (Apple's word is later).
         let rows = try await connection.query("""
-            WITH before AS (
-                SELECT transaction_id, product_id, original_transaction_id, web_order_line_item_id, purchase_date, expires_date,
-                       cancellation_date, cancellation_reason, is_upgraded, is_trial_period, ownership_type, price_milliunits, currency,
-                       revocation_type, revocation_percentage, offer_discount_type, signed_product_type
-                FROM iap.transactions
-                WHERE transaction_id = ANY(\(PostgresArray(unique.map(\.transaction.transactionId)))::text[])
-            ), written AS (
+            WITH written AS (
             INSERT INTO iap.transactions AS t (
                 transaction_id, account_id, original_transaction_id, product_id, purchase_date, original_purchase_date,
                 expires_date, cancellation_date, cancellation_reason, is_upgraded, is_trial_period,
@@ -299,18 +293,27 @@ extension ReconciliationStore {
                OR (EXCLUDED.source IN ('notification_v2', 'server_api') AND EXCLUDED.apple_as_of > COALESCE(t.apple_as_of, '-infinity'))
             RETURNING t.*
             )
-            SELECT w.transaction_id FROM written w LEFT JOIN before b USING (transaction_id)
+            -- The changed rows as the journal reads them (`FinanceJournal.ledgerRows`): read here,
+            -- not again. An expiry's only part in the money is that there is one (the type).
+            SELECT w.transaction_id, w.original_transaction_id, w.web_order_line_item_id, w.signed_product_type, w.expires_date,
+                   w.purchase_date, w.original_purchase_date, w.cancellation_date, w.cancellation_reason, w.is_upgraded, w.is_trial_period,
+                   w.ownership_type, w.offer_discount_type, w.price_milliunits, w.currency, w.revocation_type, w.revocation_percentage,
+                   w.apple_as_of, p.type AS catalog_type, p.currency AS catalog_currency,
+                   CASE WHEN p.price BETWEEN 0 AND 1e12 THEN round(p.price * 1000)::bigint END AS catalog_price
+            FROM written w
+                -- Row by row through the key: only the rows written, never a scan of the ledger.
+                LEFT JOIN LATERAL (SELECT * FROM iap.transactions b WHERE b.transaction_id = w.transaction_id OFFSET 0) b ON true
+                LEFT JOIN iap.products p ON p.product_id = w.product_id
             WHERE b.transaction_id IS NULL
-               OR (b.product_id, b.original_transaction_id, b.web_order_line_item_id, b.purchase_date, b.expires_date,
-                   b.cancellation_date, b.cancellation_reason, b.is_upgraded, b.is_trial_period, b.ownership_type, b.price_milliunits,
-                   b.currency, b.revocation_type, b.revocation_percentage, b.offer_discount_type, b.signed_product_type)
+               OR (b.product_id, b.original_transaction_id, b.web_order_line_item_id, b.purchase_date, b.original_purchase_date,
+                   b.expires_date IS NULL, b.cancellation_date, b.cancellation_reason, b.is_upgraded, b.is_trial_period, b.ownership_type,
+                   b.price_milliunits, b.currency, b.revocation_type, b.revocation_percentage, b.offer_discount_type, b.signed_product_type)
                   IS DISTINCT FROM
-                  (w.product_id, w.original_transaction_id, w.web_order_line_item_id, w.purchase_date, w.expires_date,
-                   w.cancellation_date, w.cancellation_reason, w.is_upgraded, w.is_trial_period, w.ownership_type, w.price_milliunits,
-                   w.currency, w.revocation_type, w.revocation_percentage, w.offer_discount_type, w.signed_product_type)
+                  (w.product_id, w.original_transaction_id, w.web_order_line_item_id, w.purchase_date, w.original_purchase_date,
+                   w.expires_date IS NULL, w.cancellation_date, w.cancellation_reason, w.is_upgraded, w.is_trial_period, w.ownership_type,
+                   w.price_milliunits, w.currency, w.revocation_type, w.revocation_percentage, w.offer_discount_type, w.signed_product_type)
             """)
-        let written: [String] = try rows.map { try $0.decode("transaction_id") }
-        try await FinanceJournal.record(written, connection: connection)
+        try await FinanceJournal.record(rows: FinanceJournal.journalTransactions(rows), connection: connection)
     }
 
     /// Notes that Apple's word on these transactions was as of `asOf` (the account's last live
