@@ -20,9 +20,10 @@ public enum FinanceJournal {
         return try await record(rows: try await ledgerRows(transactionIds, connection: connection), connection: connection)
     }
 
-    /// `record` of rows already read as `ledgerRows` reads them (the ledger upsert returns them).
+    /// `record` of rows already read as `ledgerRows` reads them (the ledger upsert returns them);
+    /// `new`: those first written now, whose transaction ids no recorded event can name yet.
     @discardableResult
-    static func record(rows: [String: JournalTransaction], connection: PostgresConnection) async throws -> Int {
+    static func record(rows: [String: JournalTransaction], new: Set<String> = [], connection: PostgresConnection) async throws -> Int {
         guard !rows.isEmpty else { return 0 }
         var rows = rows
         try await connection.execute("SELECT pg_advisory_xact_lock_shared(\(FinanceLedger.recordingKey))")
@@ -35,6 +36,9 @@ public enum FinanceJournal {
         // Rows recorded before sales had keys are found by their own transaction id.
         var recorded: [String: [JournalRecord]] = [:]
         var recordKeyOf: [String: String] = [:]
+        // Events of a row's transaction under another key than its own (or none: recorded before
+        // sales had keys) are looked up by its transaction id; its key finds the rest.
+        let looked = keyOf.filter { !new.contains($0.key) }.map { (id: $0.key, key: $0.value) }
         // Key by key, through the indexes: a plan for `sale_key = ANY(...)` would be chosen from
         // statistics, and on a first night, whose journal grows faster than they follow, it was a
         // scan of the whole journal for every batch.
@@ -44,10 +48,10 @@ public enum FinanceJournal {
                                            amount_source, sale_key
                                     FROM iap.finance_journal WHERE sale_key = k.key OFFSET 0) j
             UNION
-            SELECT j.* FROM unnest(\(Array(rows.keys))::text[]) AS i(id)
+            SELECT j.* FROM unnest(\(looked.map(\.id))::text[], \(looked.map(\.key))::text[]) AS i(id, key)
                 CROSS JOIN LATERAL (SELECT id, event, adjusts, transaction_id, event_time, amount_milliunits, currency, price_milliunits,
                                            amount_source, sale_key
-                                    FROM iap.finance_journal WHERE transaction_id = i.id OFFSET 0) j
+                                    FROM iap.finance_journal WHERE transaction_id = i.id AND sale_key IS DISTINCT FROM i.key OFFSET 0) j
             ORDER BY id
             """) {
             let record = try Self.record(row)
