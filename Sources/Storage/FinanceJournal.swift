@@ -20,10 +20,9 @@ public enum FinanceJournal {
         return try await record(rows: try await ledgerRows(transactionIds, connection: connection), connection: connection)
     }
 
-    /// `record` of rows already read as `ledgerRows` reads them (the ledger upsert returns them);
-    /// `new`: those first written now, whose transaction ids no recorded event can name yet.
+    /// `record` of rows already read as `ledgerRows` reads them (the ledger upsert returns them).
     @discardableResult
-    static func record(rows: [String: JournalTransaction], new: Set<String> = [], connection: PostgresConnection) async throws -> Int {
+    static func record(rows: [String: JournalTransaction], connection: PostgresConnection) async throws -> Int {
         guard !rows.isEmpty else { return 0 }
         var rows = rows
         try await connection.execute("SELECT pg_advisory_xact_lock_shared(\(FinanceLedger.recordingKey))")
@@ -37,8 +36,9 @@ public enum FinanceJournal {
         var recorded: [String: [JournalRecord]] = [:]
         var recordKeyOf: [String: String] = [:]
         // Events of a row's transaction under another key than its own (or none: recorded before
-        // sales had keys) are looked up by its transaction id; its key finds the rest.
-        let looked = keyOf.filter { !new.contains($0.key) }.map { (id: $0.key, key: $0.value) }
+        // sales had keys) are looked up by its transaction id, a row first written now too (one
+        // deleted by hand and written again keeps its events); its key finds the rest.
+        let looked = keyOf.map { (id: $0.key, key: $0.value) }
         // Key by key, through the indexes: a plan for `sale_key = ANY(...)` would be chosen from
         // statistics, and on a first night, whose journal grows faster than they follow, it was a
         // scan of the whole journal for every batch.

@@ -226,16 +226,17 @@ public struct NotificationWrite {
     /// `ledger_original_transaction_ids`): a verification that changed nothing rewrote no row, and
     /// a notification signed before it is stale all the same.
     public func upsertLedger(_ entries: [LedgerEntry]) async throws {
-        let rows = try await store.connection.query("""
-            SELECT t.transaction_id, max(r.last_verified_at) AS verified
-            FROM iap.transactions t JOIN iap.app_receipts r
-              ON r.account_id = t.account_id AND COALESCE(t.original_transaction_id, t.transaction_id) = ANY(r.ledger_original_transaction_ids)
-            WHERE t.transaction_id = ANY(\(entries.map(\.transaction.transactionId))) AND r.last_verified_at IS NOT NULL
-            GROUP BY t.transaction_id
+        // One statement, as `ReconciliationStore.noteLatestWord` for each row with its own account's time.
+        try await store.connection.execute("""
+            UPDATE iap.transactions t SET apple_as_of = v.verified
+            FROM (SELECT l.transaction_id, max(r.last_verified_at) AS verified
+                  FROM iap.transactions l JOIN iap.app_receipts r
+                    ON r.account_id = l.account_id AND COALESCE(l.original_transaction_id, l.transaction_id) = ANY(r.ledger_original_transaction_ids)
+                  WHERE l.transaction_id = ANY(\(entries.map(\.transaction.transactionId))) AND r.last_verified_at IS NOT NULL
+                  GROUP BY l.transaction_id) v
+            WHERE t.transaction_id = ANY(\(entries.map(\.transaction.transactionId))) AND t.transaction_id = v.transaction_id
+              AND COALESCE(t.apple_as_of, '-infinity') < v.verified
             """)
-        for row in rows {
-            try await ledger.noteLatestWord(transactionIds: [try row.decode("transaction_id")], asOf: try row.decode("verified"))
-        }
         try await ledger.upsertLedger(entries)
     }
 }

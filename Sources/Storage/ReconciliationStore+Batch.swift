@@ -292,8 +292,8 @@ extension ReconciliationStore {
                -- snapshot older than it is stale (a live answer's time is noted apart: `noteLatestWord`).
                OR (EXCLUDED.source IN ('notification_v2', 'server_api') AND EXCLUDED.apple_as_of > COALESCE(t.apple_as_of, '-infinity'))
             -- A row this statement inserted has no xmax (an updated one carries the updater's lock):
-            -- it stood nowhere before, so it is not looked up (were it ever wrong, the row would be
-            -- looked at again by the journal, never missed).
+            -- it stood nowhere before, so its before-image is not looked up (were that ever wrong,
+            -- the row would only be looked at again by the journal, never missed).
             RETURNING t.*, t.xmax = 0 AS inserted
             )
             -- The changed rows as the journal reads them (`FinanceJournal.ledgerRows`): read here,
@@ -301,7 +301,7 @@ extension ReconciliationStore {
             SELECT w.transaction_id, w.original_transaction_id, w.web_order_line_item_id, w.signed_product_type, w.expires_date,
                    w.purchase_date, w.original_purchase_date, w.cancellation_date, w.cancellation_reason, w.is_upgraded, w.is_trial_period,
                    w.ownership_type, w.offer_discount_type, w.price_milliunits, w.currency, w.revocation_type, w.revocation_percentage,
-                   w.apple_as_of, w.inserted, p.type AS catalog_type, p.currency AS catalog_currency,
+                   w.apple_as_of, p.type AS catalog_type, p.currency AS catalog_currency,
                    CASE WHEN p.price BETWEEN 0 AND 1e12 THEN round(p.price * 1000)::bigint END AS catalog_price
             FROM written w
                 -- Row by row through the key: only the rows written, never a scan of the ledger.
@@ -316,8 +316,7 @@ extension ReconciliationStore {
                    w.expires_date IS NULL, w.cancellation_date, w.cancellation_reason, w.is_upgraded, w.is_trial_period, w.ownership_type,
                    w.price_milliunits, w.currency, w.revocation_type, w.revocation_percentage, w.offer_discount_type, w.signed_product_type)
             """)
-        let inserted: Set<String> = Set(try rows.compactMap { row in try row.decode("inserted", as: Bool.self) ? try row.decode("transaction_id", as: String.self) : nil })
-        try await FinanceJournal.record(rows: FinanceJournal.journalTransactions(rows), new: inserted, connection: connection)
+        try await FinanceJournal.record(rows: FinanceJournal.journalTransactions(rows), connection: connection)
     }
 
     /// Notes that Apple's word on these transactions was as of `asOf` (the account's last live

@@ -158,6 +158,40 @@ import TestSupport
         }
     }
 
+    /// A REFUND signed before the account's last live verification, which showed no refund and so
+    /// rewrote no row, is stale all the same (docs/database.md, "The ledger"): no refund in the
+    /// ledger, none in the journal.
+    @Test func aRefundSignedBeforeTheLastLiveVerificationIsStale() async throws {
+        try await RunWorld.with("v2-stale-refund") { world in
+            let purchased = world.nowMs - 3 * world.dayMs
+            try await world.addReceipt("owner", spec: ["generate": ["purchases": [
+                ["product_id": "lifetime", "transaction_id": "90", "purchase_ms": purchased, "in_latest": true],
+            ]]])
+            var options = V2Notifications.options(world)
+            options.selection = AccountSelection(kind: .due(staleAfter: .zero))
+            _ = try await world.run(options)
+            let signed = Int64(Date().timeIntervalSince1970 * 1000)
+            try await Task.sleep(for: .milliseconds(20))
+            // Apple's live answer again, unchanged: no ledger row is rewritten.
+            _ = try await world.run(options)
+            let refund = try V2Notifications.body("REFUND", transaction: [
+                "transactionId": "90", "originalTransactionId": "90", "productId": "lifetime", "type": "Non-Consumable", "quantity": 1,
+                "purchaseDate": purchased, "originalPurchaseDate": purchased, "inAppOwnershipType": "PURCHASED",
+                "price": 2990, "currency": "USD", "revocationDate": signed - 1_000, "revocationReason": 1,
+            ], signedDate: signed)
+            #expect(try await V2Notifications.ingest(world, [refund]) == 1)
+            _ = try await world.run(options)
+            let row = try await world.connection.query("SELECT cancellation_date FROM iap.transactions WHERE transaction_id = '90'")[0]
+            #expect(try row.decode("cancellation_date", as: Date?.self) == nil)
+            // The price it signed is still the purchase's (the world's catalog has none): an adjustment, never a refund.
+            let events: [String] = try await world.connection.query("""
+                SELECT event || ' ' || COALESCE(amount_milliunits::text, '-') || ' ' || amount_source AS event
+                FROM iap.finance_journal WHERE transaction_id = '90' ORDER BY id
+                """).map { try $0.decode("event") }
+            #expect(events == ["purchase - none", "adjustment 2990 signed"])
+        }
+    }
+
     @Test func aRefundReversalClearsTheRefundOnlyWhenTheSignedTransactionSaysSo() async throws {
         try await RunWorld.with("v2-reversal") { world in
             try await V2Notifications.gamer(world, cancelled: true)

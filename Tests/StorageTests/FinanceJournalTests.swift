@@ -179,6 +179,27 @@ import TestSupport
         try await database.drop()
     }
 
+    /// A ledger row deleted outside the job and written again by Apple's word (docs/guarantees.md,
+    /// "How a run works": such rows are put right): the events its transaction already has, one
+    /// recorded before sales had keys, are its own, and only the difference is appended.
+    @Test func aLedgerRowDeletedAndWrittenAgainKeepsItsEvents() async throws {
+        let database = try await TestDatabase.create("journal-rewritten")
+        let connection = try await database.connect()
+        try await Migrator(logger: .quiet).migrate(connection)
+        // A renewal recorded before sales had keys, at the catalog's 4.99; its ledger row is gone.
+        try await connection.execute("""
+            INSERT INTO iap.finance_journal (event, event_time, recorded_at, account_id, product_id, product_type, transaction_id,
+                original_transaction_id, web_order_line_item_id, price_milliunits, currency, amount_milliunits, amount_source)
+            VALUES ('renewal', to_timestamp(1698148900), now(), 'payer', 'com.example.product', 'auto_renewable', '23456',
+                    '12345', '34343', 4990, 'USD', 4990, 'catalog')
+            """)
+        try await Self.write([try Self.transaction(["isUpgraded": false, "revocationDate": NSNull(), "revocationReason": NSNull()])], connection)
+        // Apple signed 10.99: +6.00 on the renewal recorded, never a second renewal.
+        #expect(try await Self.journal(connection, transaction: "23456") == ["renewal 4990 catalog", "adjustment 6000 signed"])
+        await connection.close()
+        try await database.drop()
+    }
+
     /// Random histories of Apple events for random customers: the journal's net per currency is
     /// the history's own arithmetic, worked out here without the journal's SQL.
     @Test func theJournalsNetIsTheHistorysArithmetic() async throws {
