@@ -297,7 +297,8 @@ extension ReconciliationStore {
             RETURNING t.*, t.xmax = 0 AS inserted
             )
             -- The changed rows as the journal reads them (`FinanceJournal.ledgerRows`): read here,
-            -- not again. An expiry's only part in the money is that there is one (the type).
+            -- not again. An expiry's only part in the money is that there is one (the type); a
+            -- purchase date's too: it dates a sale when first recorded, and none moves after.
             SELECT w.transaction_id, w.original_transaction_id, w.web_order_line_item_id, w.signed_product_type, w.expires_date,
                    w.purchase_date, w.original_purchase_date, w.cancellation_date, w.cancellation_reason, w.is_upgraded, w.is_trial_period,
                    w.ownership_type, w.offer_discount_type, w.price_milliunits, w.currency, w.revocation_type, w.revocation_percentage,
@@ -308,11 +309,11 @@ extension ReconciliationStore {
                 LEFT JOIN LATERAL (SELECT * FROM iap.transactions b WHERE b.transaction_id = w.transaction_id AND NOT w.inserted OFFSET 0) b ON true
                 LEFT JOIN iap.products p ON p.product_id = w.product_id
             WHERE b.transaction_id IS NULL
-               OR (b.product_id, b.original_transaction_id, b.web_order_line_item_id, b.purchase_date, b.original_purchase_date,
+               OR (b.product_id, b.original_transaction_id, b.web_order_line_item_id, b.purchase_date IS NULL, b.original_purchase_date IS NULL,
                    b.expires_date IS NULL, b.cancellation_date, b.cancellation_reason, b.is_upgraded, b.is_trial_period, b.ownership_type,
                    b.price_milliunits, b.currency, b.revocation_type, b.revocation_percentage, b.offer_discount_type, b.signed_product_type)
                   IS DISTINCT FROM
-                  (w.product_id, w.original_transaction_id, w.web_order_line_item_id, w.purchase_date, w.original_purchase_date,
+                  (w.product_id, w.original_transaction_id, w.web_order_line_item_id, w.purchase_date IS NULL, w.original_purchase_date IS NULL,
                    w.expires_date IS NULL, w.cancellation_date, w.cancellation_reason, w.is_upgraded, w.is_trial_period, w.ownership_type,
                    w.price_milliunits, w.currency, w.revocation_type, w.revocation_percentage, w.offer_discount_type, w.signed_product_type)
             """)
