@@ -24,7 +24,9 @@ struct Appending {
             let terms = SaleTerms(rows: rows, saleRow: saleRow)
             // Apple always sends a purchase date; a row without one has no sale to date. A
             // non-consumable was sold when first bought, whichever copy (a restore) told of it.
-            let bought = saleRow.productType == .nonConsumable ? saleRow.originalPurchaseDate ?? saleRow.purchaseDate : saleRow.purchaseDate
+            let bought = saleRow.productType == .nonConsumable
+                ? saleRow.originalPurchaseDate ?? rows.compactMap(\.originalPurchaseDate).min() ?? saleRow.purchaseDate
+                : saleRow.purchaseDate
             guard let time = bought ?? rows.compactMap(\.purchaseDate).min() else { return terms }
             append(kind: Self.saleKind(rows), adjusts: nil, transactionId: saleRow.transactionId, time: time, amount: terms.amount,
                    currency: terms.currency, price: terms.price, source: terms.source)

@@ -102,6 +102,12 @@ import Testing
         #expect(Self.journal([[Self.row("n1", original: "n1", line: nil, type: .nonConsumable)], [copy]]) == [
             ["purchase 4990 USD catalog @bought"], [],
         ])
+        // The original's row told no date, its restored copy the first purchase's: sold then (a
+        // copy told of it), whichever row carries it, and once only when either date moves later.
+        let undated = Self.row("n1", original: "n1", line: nil, type: .nonConsumable) { $0.purchaseDate = nil }
+        let told = Self.row("n2", original: "n1", line: nil, type: .nonConsumable) { ($0.purchaseDate, $0.originalPurchaseDate) = (nil, Self.bought) }
+        let moved = Self.row("n2", original: "n1", line: nil, type: .nonConsumable) { $0.originalPurchaseDate = Self.refundedAt }
+        #expect(Self.journal([[undated, told], [moved]]) == [["purchase 4990 USD catalog @bought"], []])
         // Consumables are one each; a family member's copy is its own.
         #expect(JournalRules.saleKey(Self.row("c2", original: "c1", type: .consumable)) == "tx:c2")
         #expect(JournalRules.saleKey(Self.row { $0.ownershipType = "FAMILY_SHARED" }) == "tx:t1")
