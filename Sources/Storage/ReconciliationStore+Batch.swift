@@ -205,21 +205,21 @@ extension ReconciliationStore {
                 cancellation_reason           = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
                                                           THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.cancellation_reason, EXCLUDED.cancellation_reason) ELSE t.cancellation_reason END
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
-                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.cancellation_reason
+                                                     WHEN EXCLUDED.apple_as_of IS NULL AND t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.cancellation_reason
                                                      ELSE COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason) END,
                 revocation_type               = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
                                                           THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_type, EXCLUDED.revocation_type) ELSE t.revocation_type END
                                                      -- Another cancellation than the row's: its own terms, or none.
                                                      WHEN EXCLUDED.cancellation_date <> t.cancellation_date THEN EXCLUDED.revocation_type
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
-                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_type
+                                                     WHEN EXCLUDED.apple_as_of IS NULL AND t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_type
                                                      ELSE COALESCE(EXCLUDED.revocation_type, t.revocation_type) END,
                 revocation_percentage         = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
                                                           THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_percentage, EXCLUDED.revocation_percentage) ELSE t.revocation_percentage END
                                                      -- Another cancellation than the row's: its own terms, or none.
                                                      WHEN EXCLUDED.cancellation_date <> t.cancellation_date THEN EXCLUDED.revocation_percentage
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
-                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_percentage
+                                                     WHEN EXCLUDED.apple_as_of IS NULL AND t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_percentage
                                                      ELSE COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage) END,
                 is_upgraded                   = COALESCE(EXCLUDED.is_upgraded, t.is_upgraded),
                 is_trial_period               = COALESCE(EXCLUDED.is_trial_period, t.is_trial_period),
@@ -260,7 +260,7 @@ extension ReconciliationStore {
                    CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
                                                           THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.cancellation_reason, EXCLUDED.cancellation_reason) ELSE t.cancellation_reason END
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
-                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.cancellation_reason
+                                                     WHEN EXCLUDED.apple_as_of IS NULL AND t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.cancellation_reason
                                                      ELSE COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason) END,
                    COALESCE(EXCLUDED.is_upgraded, t.is_upgraded), COALESCE(EXCLUDED.is_trial_period, t.is_trial_period),
                    COALESCE(EXCLUDED.is_in_intro_offer_period, t.is_in_intro_offer_period),
@@ -276,14 +276,14 @@ extension ReconciliationStore {
                                                      -- Another cancellation than the row's: its own terms, or none.
                                                      WHEN EXCLUDED.cancellation_date <> t.cancellation_date THEN EXCLUDED.revocation_type
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
-                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_type
+                                                     WHEN EXCLUDED.apple_as_of IS NULL AND t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_type
                                                      ELSE COALESCE(EXCLUDED.revocation_type, t.revocation_type) END,
                    CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
                                                           THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_percentage, EXCLUDED.revocation_percentage) ELSE t.revocation_percentage END
                                                      -- Another cancellation than the row's: its own terms, or none.
                                                      WHEN EXCLUDED.cancellation_date <> t.cancellation_date THEN EXCLUDED.revocation_percentage
                                                      WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
-                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_percentage
+                                                     WHEN EXCLUDED.apple_as_of IS NULL AND t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_percentage
                                                      ELSE COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage) END,
                    COALESCE(EXCLUDED.offer_discount_type, t.offer_discount_type), COALESCE(EXCLUDED.offer_period, t.offer_period),
                    COALESCE(EXCLUDED.storefront, t.storefront), COALESCE(EXCLUDED.app_transaction_id, t.app_transaction_id),

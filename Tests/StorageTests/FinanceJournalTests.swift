@@ -179,6 +179,27 @@ import TestSupport
         try await database.drop()
     }
 
+    /// Apple's signed REFUND, prorated, read after a later answer that could not show it (a
+    /// consumable's, through verifyReceipt): the refund and all its terms, its reason, type and
+    /// percentage, are the signed word's (docs/database.md, "The ledger"); found by the demo.
+    @Test func aSignedRefundOlderThanTheRowsLastAnswerKeepsItsTerms() async throws {
+        let database = try await TestDatabase.create("journal-refund-terms")
+        let connection = try await database.connect()
+        try await Migrator(logger: .quiet).migrate(connection)
+        let unrefunded = try Self.transaction(["isUpgraded": false, "revocationDate": NSNull(), "revocationReason": NSNull(),
+                                               "revocationType": NSNull(), "revocationPercentage": NSNull()])
+        try await Self.write([unrefunded], asOf: Date(timeIntervalSince1970: 1_698_200_000), connection)
+        try await Self.write([try Self.transaction(["isUpgraded": false])], asOf: Date(timeIntervalSince1970: 1_698_300_000), connection)
+        // 50 % of the signed 109.90: -54.95, never the whole.
+        #expect(try await Self.journal(connection, transaction: "23456") == ["renewal 10990 signed", "refund -5495 signed"])
+        let row = try await connection.query("SELECT cancellation_reason, revocation_type, revocation_percentage FROM iap.transactions")[0]
+        #expect(try row.decode("cancellation_reason", as: Int?.self) == 1)
+        #expect(try row.decode("revocation_type", as: String?.self) == "REFUND_PRORATED")
+        #expect(try row.decode("revocation_percentage", as: Int?.self) == 50_000)
+        await connection.close()
+        try await database.drop()
+    }
+
     /// A ledger row deleted outside the job and written again by Apple's word (docs/guarantees.md,
     /// "How a run works": such rows are put right): the events its transaction already has, one
     /// recorded before sales had keys, are its own, and only the difference is appended.
