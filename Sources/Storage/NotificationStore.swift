@@ -226,15 +226,21 @@ public struct NotificationWrite {
     /// `ledger_original_transaction_ids`): a verification that changed nothing rewrote no row, and
     /// a notification signed before it is stale all the same.
     public func upsertLedger(_ entries: [LedgerEntry]) async throws {
-        // One statement, as `ReconciliationStore.noteLatestWord` for each row with its own account's time.
+        // One statement, as `ReconciliationStore.noteLatestWord` for each row with its own account's
+        // time; only where that answer was current (docs/database.md, "The ledger"): a production
+        // row, not a consumable's (verifyReceipt cannot show its refund), by Apple's signed type
+        // here or in the row, else the catalog's.
+        let spoken = entries.filter { $0.signed?.rawProductType != SignedProductType.consumable.rawValue }.map(\.transaction.transactionId)
         try await store.connection.execute("""
             UPDATE iap.transactions t SET apple_as_of = v.verified
             FROM (SELECT l.transaction_id, max(r.last_verified_at) AS verified
                   FROM iap.transactions l JOIN iap.app_receipts r
                     ON r.account_id = l.account_id AND COALESCE(l.original_transaction_id, l.transaction_id) = ANY(r.ledger_original_transaction_ids)
-                  WHERE l.transaction_id = ANY(\(entries.map(\.transaction.transactionId))) AND r.last_verified_at IS NOT NULL
+                  LEFT JOIN iap.products p ON p.product_id = l.product_id
+                  WHERE l.transaction_id = ANY(\(spoken)) AND r.last_verified_at IS NOT NULL AND l.environment = 'Production'
+                    AND COALESCE(l.signed_product_type = \(SignedProductType.consumable.rawValue), p.type = 'consumable') IS NOT TRUE
                   GROUP BY l.transaction_id) v
-            WHERE t.transaction_id = ANY(\(entries.map(\.transaction.transactionId))) AND t.transaction_id = v.transaction_id
+            WHERE t.transaction_id = ANY(\(spoken)) AND t.transaction_id = v.transaction_id
               AND COALESCE(t.apple_as_of, '-infinity') < v.verified
             """)
         try await ledger.upsertLedger(entries)

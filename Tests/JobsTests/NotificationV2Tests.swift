@@ -192,6 +192,35 @@ import TestSupport
         }
     }
 
+    /// A consumable's REFUND signed before a live verification is not stale: verifyReceipt cannot
+    /// show a consumable's refund, so its answer was never current for it (docs/database.md, "The
+    /// ledger"). The refund is in the ledger and the journal.
+    @Test func aConsumablesRefundSignedBeforeALiveVerificationStands() async throws {
+        try await RunWorld.with("v2-consumable-refund") { world in
+            try await world.catalog(["coins.100": .consumable])
+            let purchased = world.nowMs - 3 * world.dayMs
+            try await world.addReceipt("gamer", spec: ["generate": ["purchases": [
+                ["product_id": "coins.100", "transaction_id": "95", "purchase_ms": purchased, "in_latest": true],
+            ]]])
+            var options = V2Notifications.options(world)
+            options.selection = AccountSelection(kind: .due(staleAfter: .zero))
+            let signed = Int64(Date().timeIntervalSince1970 * 1000)
+            try await Task.sleep(for: .milliseconds(20))
+            // The account verified live after Apple signed the REFUND, before it is processed.
+            _ = try await world.run(options)
+            var transaction = V2Notifications.consumable("95", world: world, revokedAt: signed - 1_000)
+            (transaction["purchaseDate"], transaction["originalPurchaseDate"]) = (purchased, purchased)
+            #expect(try await V2Notifications.ingest(world, [try V2Notifications.body("REFUND", transaction: transaction, signedDate: signed)]) == 1)
+            _ = try await world.run(options)
+            let row = try await world.connection.query("SELECT cancellation_date FROM iap.transactions WHERE transaction_id = '95'")[0]
+            #expect(try row.decode("cancellation_date", as: Date?.self) == Date(ms: signed - 1_000))
+            // The signed 9.90 EUR back, whole (no revocationType).
+            let refunds: [Int64] = try await world.connection.query(
+                "SELECT amount_milliunits FROM iap.finance_journal WHERE transaction_id = '95' AND event = 'refund'").map { try $0.decode("amount_milliunits") }
+            #expect(refunds == [-990])
+        }
+    }
+
     @Test func aRefundReversalClearsTheRefundOnlyWhenTheSignedTransactionSaysSo() async throws {
         try await RunWorld.with("v2-reversal") { world in
             try await V2Notifications.gamer(world, cancelled: true)
