@@ -145,9 +145,8 @@ extension ReconciliationStore {
         guard !unique.isEmpty else { return }
         let transactions = unique.map(\.transaction)
         let signed = unique.map(\.signed)
-        // The rows written are joined to the ledger as it stood (every part of a statement reads
-        // its snapshot), so that only a row whose money terms changed is looked at again by the
-        // journal: most rows a night rewrites changed otherwise (Apple's word is later).
+        // Only a row new or whose money terms changed is looked at again by the journal: most rows
+        // a night rewrites changed otherwise (Apple's word is later, an expiry moved).
         let rows = try await connection.query("""
             WITH written AS (
             INSERT INTO iap.transactions AS t (
@@ -189,56 +188,77 @@ extension ReconciliationStore {
                 \(PostgresArray(signed.map { $0?.rawProductType }))::text[],
                 \(PostgresArray(unique.map(\.asOf)))::timestamptz[])
             ON CONFLICT (transaction_id) DO UPDATE SET
-                product_id                    = EXCLUDED.product_id,
-                original_transaction_id       = COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id),
-                purchase_date                 = COALESCE(EXCLUDED.purchase_date, t.purchase_date),
-                original_purchase_date        = COALESCE(EXCLUDED.original_purchase_date, t.original_purchase_date),
-                expires_date                  = COALESCE(EXCLUDED.expires_date, t.expires_date),
-                -- A cancellation is state, as of Apple's word: an older signed snapshot keeps the
-                -- row's (filling in how its money went when it tells of the same cancellation), a
-                -- current word decides (without one, the purchase was reinstated), an undated
-                -- word cannot bring back one the row's later word no longer showed.
-                cancellation_date             = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.cancellation_date
-                                                     WHEN EXCLUDED.apple_as_of IS NOT NULL THEN EXCLUDED.cancellation_date
-                                                     WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN NULL
-                                                     ELSE COALESCE(EXCLUDED.cancellation_date, t.cancellation_date) END,
-                cancellation_reason           = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
-                                                          THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.cancellation_reason, EXCLUDED.cancellation_reason) ELSE t.cancellation_reason END
-                                                     WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
-                                                     WHEN EXCLUDED.apple_as_of IS NULL AND t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.cancellation_reason
-                                                     ELSE COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason) END,
-                revocation_type               = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
-                                                          THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_type, EXCLUDED.revocation_type) ELSE t.revocation_type END
-                                                     -- Another cancellation than the row's: its own terms, or none.
-                                                     WHEN EXCLUDED.cancellation_date <> t.cancellation_date THEN EXCLUDED.revocation_type
-                                                     WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
-                                                     WHEN EXCLUDED.apple_as_of IS NULL AND t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_type
-                                                     ELSE COALESCE(EXCLUDED.revocation_type, t.revocation_type) END,
-                revocation_percentage         = CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
-                                                          THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_percentage, EXCLUDED.revocation_percentage) ELSE t.revocation_percentage END
-                                                     -- Another cancellation than the row's: its own terms, or none.
-                                                     WHEN EXCLUDED.cancellation_date <> t.cancellation_date THEN EXCLUDED.revocation_percentage
-                                                     WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
-                                                     WHEN EXCLUDED.apple_as_of IS NULL AND t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_percentage
-                                                     ELSE COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage) END,
-                is_upgraded                   = COALESCE(EXCLUDED.is_upgraded, t.is_upgraded),
-                is_trial_period               = COALESCE(EXCLUDED.is_trial_period, t.is_trial_period),
+                -- The terms the journal reads, and whether this write changed them (returned below: the
+                -- journal looks again at a row updated only when its money may have moved; PostgreSQL 15
+                -- cannot return the row as it stood). An expiry's only part in the money is that there is
+                -- one (the type); a purchase date's too: it dates a sale when first recorded.
+                (product_id, original_transaction_id, web_order_line_item_id, purchase_date, original_purchase_date, expires_date,
+                 cancellation_date, cancellation_reason, revocation_type, revocation_percentage, is_upgraded, is_trial_period,
+                 ownership_type, price_milliunits, currency, offer_discount_type, signed_product_type, terms_changed) = (
+                SELECT n.*,
+                       (t.product_id, t.original_transaction_id, t.web_order_line_item_id, t.purchase_date IS NULL,
+                       t.original_purchase_date IS NULL, t.expires_date IS NULL, t.cancellation_date,
+                       t.cancellation_reason, t.revocation_type, t.revocation_percentage, t.is_upgraded,
+                       t.is_trial_period, t.ownership_type, t.price_milliunits, t.currency, t.offer_discount_type,
+                       t.signed_product_type)
+                       IS DISTINCT FROM
+                       (n.product_id, n.original_transaction_id, n.web_order_line_item_id, n.purchase_date IS NULL,
+                       n.original_purchase_date IS NULL, n.expires_date IS NULL, n.cancellation_date,
+                       n.cancellation_reason, n.revocation_type, n.revocation_percentage, n.is_upgraded,
+                       n.is_trial_period, n.ownership_type, n.price_milliunits, n.currency, n.offer_discount_type,
+                       n.signed_product_type)
+                FROM (SELECT
+                    EXCLUDED.product_id AS product_id,
+                    COALESCE(EXCLUDED.original_transaction_id, t.original_transaction_id) AS original_transaction_id,
+                    COALESCE(EXCLUDED.web_order_line_item_id, t.web_order_line_item_id) AS web_order_line_item_id,
+                    COALESCE(EXCLUDED.purchase_date, t.purchase_date) AS purchase_date,
+                    COALESCE(EXCLUDED.original_purchase_date, t.original_purchase_date) AS original_purchase_date,
+                    COALESCE(EXCLUDED.expires_date, t.expires_date) AS expires_date,
+                    -- A cancellation is state, as of Apple's word: an older signed snapshot keeps the
+                    -- row's (filling in how its money went when it tells of the same cancellation), a
+                    -- current word decides (without one, the purchase was reinstated), an undated
+                    -- word cannot bring back one the row's later word no longer showed.
+                    CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of THEN t.cancellation_date
+                         WHEN EXCLUDED.apple_as_of IS NOT NULL THEN EXCLUDED.cancellation_date
+                         WHEN t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN NULL
+                         ELSE COALESCE(EXCLUDED.cancellation_date, t.cancellation_date) END AS cancellation_date,
+                    CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
+                              THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.cancellation_reason, EXCLUDED.cancellation_reason) ELSE t.cancellation_reason END
+                         WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
+                         WHEN EXCLUDED.apple_as_of IS NULL AND t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.cancellation_reason
+                         ELSE COALESCE(EXCLUDED.cancellation_reason, t.cancellation_reason) END AS cancellation_reason,
+                    CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
+                              THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_type, EXCLUDED.revocation_type) ELSE t.revocation_type END
+                         -- Another cancellation than the row's: its own terms, or none.
+                         WHEN EXCLUDED.cancellation_date <> t.cancellation_date THEN EXCLUDED.revocation_type
+                         WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
+                         WHEN EXCLUDED.apple_as_of IS NULL AND t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_type
+                         ELSE COALESCE(EXCLUDED.revocation_type, t.revocation_type) END AS revocation_type,
+                    CASE WHEN EXCLUDED.apple_as_of < t.apple_as_of
+                              THEN CASE WHEN t.cancellation_date = EXCLUDED.cancellation_date THEN COALESCE(t.revocation_percentage, EXCLUDED.revocation_percentage) ELSE t.revocation_percentage END
+                         -- Another cancellation than the row's: its own terms, or none.
+                         WHEN EXCLUDED.cancellation_date <> t.cancellation_date THEN EXCLUDED.revocation_percentage
+                         WHEN EXCLUDED.apple_as_of IS NOT NULL AND EXCLUDED.cancellation_date IS NULL THEN NULL
+                         WHEN EXCLUDED.apple_as_of IS NULL AND t.cancellation_date IS NULL AND t.apple_as_of >= EXCLUDED.cancellation_date THEN t.revocation_percentage
+                         ELSE COALESCE(EXCLUDED.revocation_percentage, t.revocation_percentage) END AS revocation_percentage,
+                    COALESCE(EXCLUDED.is_upgraded, t.is_upgraded) AS is_upgraded,
+                    COALESCE(EXCLUDED.is_trial_period, t.is_trial_period) AS is_trial_period,
+                    COALESCE(EXCLUDED.ownership_type, t.ownership_type) AS ownership_type,
+                    COALESCE(EXCLUDED.price_milliunits, t.price_milliunits) AS price_milliunits,
+                    COALESCE(EXCLUDED.currency, t.currency) AS currency,
+                    COALESCE(EXCLUDED.offer_discount_type, t.offer_discount_type) AS offer_discount_type,
+                    COALESCE(EXCLUDED.signed_product_type, t.signed_product_type) AS signed_product_type
+                ) n),
                 is_in_intro_offer_period      = COALESCE(EXCLUDED.is_in_intro_offer_period, t.is_in_intro_offer_period),
                 quantity                      = COALESCE(EXCLUDED.quantity, t.quantity),
-                web_order_line_item_id        = COALESCE(EXCLUDED.web_order_line_item_id, t.web_order_line_item_id),
                 subscription_group_identifier = COALESCE(EXCLUDED.subscription_group_identifier, t.subscription_group_identifier),
                 offer_code_ref_name           = COALESCE(EXCLUDED.offer_code_ref_name, t.offer_code_ref_name),
                 promotional_offer_id          = COALESCE(EXCLUDED.promotional_offer_id, t.promotional_offer_id),
-                ownership_type                = COALESCE(EXCLUDED.ownership_type, t.ownership_type),
                 environment                   = COALESCE(EXCLUDED.environment, t.environment),
-                price_milliunits              = COALESCE(EXCLUDED.price_milliunits, t.price_milliunits),
-                currency                      = COALESCE(EXCLUDED.currency, t.currency),
                 source                        = EXCLUDED.source,
-                offer_discount_type           = COALESCE(EXCLUDED.offer_discount_type, t.offer_discount_type),
                 offer_period                  = COALESCE(EXCLUDED.offer_period, t.offer_period),
                 storefront                    = COALESCE(EXCLUDED.storefront, t.storefront),
                 app_transaction_id            = COALESCE(EXCLUDED.app_transaction_id, t.app_transaction_id),
-                signed_product_type           = COALESCE(EXCLUDED.signed_product_type, t.signed_product_type),
                 -- A word that tells of a cancellation is at least as late as it (an undated v1 REFUND's too).
                 apple_as_of                   = GREATEST(t.apple_as_of, EXCLUDED.apple_as_of, EXCLUDED.cancellation_date),
                 updated_at                    = now()
@@ -292,30 +312,19 @@ extension ReconciliationStore {
                -- snapshot older than it is stale (a live answer's time is noted apart: `noteLatestWord`).
                OR (EXCLUDED.source IN ('notification_v2', 'server_api') AND EXCLUDED.apple_as_of > COALESCE(t.apple_as_of, '-infinity'))
             -- A row this statement inserted has no xmax (an updated one carries the updater's lock):
-            -- it stood nowhere before, so its before-image is not looked up (were that ever wrong,
-            -- the row would only be looked at again by the journal, never missed).
+            -- new, it is looked at by the journal whatever terms_changed says (were xmax ever
+            -- otherwise, a row would only be looked at again, never missed).
             RETURNING t.*, t.xmax = 0 AS inserted
             )
-            -- The changed rows as the journal reads them (`FinanceJournal.ledgerRows`): read here,
-            -- not again. An expiry's only part in the money is that there is one (the type); a
-            -- purchase date's too: it dates a sale when first recorded, and none moves after.
+            -- The rows whose money may have moved, as the journal reads them (`FinanceJournal.ledgerRows`):
+            -- read here, not again.
             SELECT w.transaction_id, w.original_transaction_id, w.web_order_line_item_id, w.signed_product_type, w.expires_date,
                    w.purchase_date, w.original_purchase_date, w.cancellation_date, w.cancellation_reason, w.is_upgraded, w.is_trial_period,
                    w.ownership_type, w.offer_discount_type, w.price_milliunits, w.currency, w.revocation_type, w.revocation_percentage,
                    w.apple_as_of, p.type AS catalog_type, p.currency AS catalog_currency,
                    CASE WHEN p.price BETWEEN 0 AND 1e12 THEN round(p.price * 1000)::bigint END AS catalog_price
-            FROM written w
-                -- Row by row through the key: only the rows written, never a scan of the ledger.
-                LEFT JOIN LATERAL (SELECT * FROM iap.transactions b WHERE b.transaction_id = w.transaction_id AND NOT w.inserted OFFSET 0) b ON true
-                LEFT JOIN iap.products p ON p.product_id = w.product_id
-            WHERE b.transaction_id IS NULL
-               OR (b.product_id, b.original_transaction_id, b.web_order_line_item_id, b.purchase_date IS NULL, b.original_purchase_date IS NULL,
-                   b.expires_date IS NULL, b.cancellation_date, b.cancellation_reason, b.is_upgraded, b.is_trial_period, b.ownership_type,
-                   b.price_milliunits, b.currency, b.revocation_type, b.revocation_percentage, b.offer_discount_type, b.signed_product_type)
-                  IS DISTINCT FROM
-                  (w.product_id, w.original_transaction_id, w.web_order_line_item_id, w.purchase_date IS NULL, w.original_purchase_date IS NULL,
-                   w.expires_date IS NULL, w.cancellation_date, w.cancellation_reason, w.is_upgraded, w.is_trial_period, w.ownership_type,
-                   w.price_milliunits, w.currency, w.revocation_type, w.revocation_percentage, w.offer_discount_type, w.signed_product_type)
+            FROM written w LEFT JOIN iap.products p ON p.product_id = w.product_id
+            WHERE w.inserted OR w.terms_changed
             """)
         try await FinanceJournal.record(rows: FinanceJournal.journalTransactions(rows), connection: connection)
     }
