@@ -133,6 +133,27 @@ import TestSupport
         try await database.drop()
     }
 
+    /// Signed data made before Apple signed prices (App Store Server API 1.10) carries none: the
+    /// renewal is recorded at the catalog's price. Its price signed later changes no other term, and
+    /// the difference is still an adjustment (docs/database.md, "The ledger": the price is a term).
+    @Test func aSignedPriceLaterThanTheSignedTypeIsAnAdjustment() async throws {
+        let database = try await TestDatabase.create("journal-price-later")
+        let connection = try await database.connect()
+        try await Migrator(logger: .quiet).migrate(connection)
+        try await connection.execute("""
+            INSERT INTO iap.products (product_id, type, duration, price, currency) VALUES ('com.example.product', 'auto_renewable', 'P1M', 4.99, 'USD')
+            """)
+        let unrefunded: [String: Any] = ["isUpgraded": false, "revocationDate": NSNull(), "revocationReason": NSNull(),
+                                         "revocationType": NSNull(), "revocationPercentage": NSNull()]
+        let unpriced = try Self.transaction(unrefunded.merging(["price": NSNull(), "currency": NSNull()]) { $1 })
+        try await Self.write([unpriced], asOf: Date(timeIntervalSince1970: 1_698_200_000), connection)
+        try await Self.write([try Self.transaction(unrefunded)], asOf: Date(timeIntervalSince1970: 1_698_300_000), connection)
+        // The catalog's 4.99, then Apple's signed 10.99: +6.00.
+        #expect(try await Self.journal(connection, transaction: "23456") == ["renewal 4990 catalog", "adjustment 6000 signed"])
+        await connection.close()
+        try await database.drop()
+    }
+
     @Test func aPercentageOutsideWhatApplePermitsIsAFormatErrorNeverAnAmount() throws {
         for percentage in [-1, 100_001, 2_147_483_647] {
             #expect(throws: AppleJSONError.self) { try Self.transaction(["revocationPercentage": percentage]) }
