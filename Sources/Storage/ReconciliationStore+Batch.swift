@@ -155,8 +155,9 @@ extension ReconciliationStore {
                 is_in_intro_offer_period, quantity, web_order_line_item_id, subscription_group_identifier,
                 offer_code_ref_name, promotional_offer_id, ownership_type, environment, price_milliunits, currency, source,
                 revocation_type, revocation_percentage, offer_discount_type, offer_period, storefront, app_transaction_id,
-                signed_product_type, apple_as_of)
-            SELECT * FROM unnest(
+                signed_product_type, apple_as_of, terms_changed)
+            -- A new row is new terms: the journal looks at it (terms_changed true).
+            SELECT *, true FROM unnest(
                 \(PostgresArray(transactions.map(\.transactionId)))::text[],
                 \(PostgresArray(unique.map(\.accountId)))::text[],
                 \(PostgresArray(transactions.map(\.originalTransactionId)))::text[],
@@ -311,10 +312,7 @@ extension ReconciliationStore {
                -- Apple's later signed word is kept even when it changes nothing else: a signed
                -- snapshot older than it is stale (a live answer's time is noted apart: `noteLatestWord`).
                OR (EXCLUDED.source IN ('notification_v2', 'server_api') AND EXCLUDED.apple_as_of > COALESCE(t.apple_as_of, '-infinity'))
-            -- A row this statement inserted has no xmax (an updated one carries the updater's lock):
-            -- new, it is looked at by the journal whatever terms_changed says (were xmax ever
-            -- otherwise, a row would only be looked at again, never missed).
-            RETURNING t.*, t.xmax = 0 AS inserted
+            RETURNING t.*
             )
             -- The rows whose money may have moved, as the journal reads them (`FinanceJournal.ledgerRows`):
             -- read here, not again.
@@ -324,7 +322,7 @@ extension ReconciliationStore {
                    w.apple_as_of, p.type AS catalog_type, p.currency AS catalog_currency,
                    CASE WHEN p.price BETWEEN 0 AND 1e12 THEN round(p.price * 1000)::bigint END AS catalog_price
             FROM written w LEFT JOIN iap.products p ON p.product_id = w.product_id
-            WHERE w.inserted OR w.terms_changed
+            WHERE w.terms_changed
             """)
         try await FinanceJournal.record(rows: FinanceJournal.journalTransactions(rows), connection: connection)
     }
