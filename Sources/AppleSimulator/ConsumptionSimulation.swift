@@ -12,18 +12,23 @@ public struct ReceivedConsumption: Sendable {
 }
 
 extension AppleSimulator {
-    /// Apple's error codes for a body it refuses. 4000035 and 4000209 are Apple's; the others are
-    /// the simulator's own, each naming one of Apple's documented errors.
+    /// The error codes for a body Apple refuses: Apple's own number where its error-code list gives
+    /// one (GeneralBadRequestError, InvalidCustomerConsentedError, InvalidDeliveryStatusError,
+    /// InvalidSampleContentProvidedError, InvalidRefundPreferenceError,
+    /// ConsumptionPercentageAutoRenewableSubscriptionError); else the simulator's own, outside
+    /// Apple's ranges (Apple names ConsumptionPercentageOutOfRangeError and
+    /// UndeliveredConsumptionPercentageNonZeroError without a number we could confirm), so that no
+    /// test or operator ever mistakes one for Apple's.
     enum ConsumptionError: Int {
         case invalidRequest = 4000000
         case customerConsented = 4000035
         case deliveryStatus = 4000036
-        case sampleContentProvided = 4000037
-        case refundPreference = 4000038
+        case sampleContentProvided = 4000041
+        case refundPreference = 4000044
         case percentageForAutoRenewable = 4000209
-        case percentageOutOfRange = 4000210
-        case undeliveredPercentageNonZero = 4000211
-        case proratedWithoutPercentage = 4000212
+        case percentageOutOfRange = 9000001
+        case undeliveredPercentageNonZero = 9000002
+        case proratedWithoutPercentage = 9000003
     }
 
     static let deliveryStatuses: Set<String> = [
