@@ -13,15 +13,17 @@ import Storage
 ///    missed is still answered in time;
 /// 2. verifies each stored V2 notification no answering process examined yet, and records every
 ///    CONSUMPTION_REQUEST among them in `iap.consumption_answers` with its decision: the body to
-///    send, or why nothing is sent;
+///    send, or why nothing is sent; requests `unmatched` before their deadline are examined again;
 /// 3. turns the pending answers whose deadline passed `past_deadline` (or `failed`);
-/// 4. sends each pending answer: marked `sending` in a commit of its own first, so that a process
-///    killed in between never sends it twice.
+/// 4. sends each pending answer, decided again on facts read in the transaction that marks it
+///    `sending` (consent above all), committed before the request leaves: what leaves is what held
+///    then, and a process killed in between never sends it twice.
 public struct ConsumptionAnswering: Sendable {
     public var store: ConsumptionStore
     public var notifications: NotificationStore
     public var verifier: SignedDataVerifier
-    /// Nil in a dry run: nothing is asked of Apple.
+    /// Apple's Server API: notification history and the answers. Nil only in a dry run without
+    /// the key (nothing is sent in a dry run, whatever this is).
     public var client: ServerAPIClient?
     public var policy: ConsumptionPolicy
     /// Stored notifications older than this are not examined: their 12 hours are long over.
@@ -59,11 +61,11 @@ public struct ConsumptionAnswering: Sendable {
                 summary.outcomes[.failed, default: 0] += interrupted
                 logger.error("consumption.interrupted", metadata: ["consumption.count": "\(interrupted)"])
             }
-            try await readHistory(now: now, summary: &summary)
         }
-        try await examine(now: now, dryRun: dryRun, summary: &summary, show: show)
+        let unstored = try await readHistory(now: now, dryRun: dryRun, summary: &summary)
+        try await examine(now: now, dryRun: dryRun, unstored: unstored, summary: &summary, show: show)
         if dryRun {
-            for open in try await store.pending() { show("transaction \(open.transactionId) (recorded earlier): \(open.body)") }
+            try await showPending(now: now, show: show)
         } else {
             let expired = try await store.expire(now: now, margin: policy.deadlineMargin)
             if expired > 0 {
@@ -72,14 +74,19 @@ public struct ConsumptionAnswering: Sendable {
             }
             try await sendPending(summary: &summary)
         }
-        summary.oldestOpenRequest = try await store.oldestOpenRequest()
+        summary.oldestOpenRequest = try await store.oldestOpenRequest(now: now)
         summary.finishedAt = Date()
         return summary
     }
 
-    /// Step 1: the requests Apple sent lately, stored once by their notificationUUID.
-    private func readHistory(now: Date, summary: inout ConsumptionSummary) async throws {
-        guard let client else { return }
+    /// Step 1: the requests Apple sent lately, stored once by their notificationUUID; in a dry
+    /// run stored nowhere, returned to be examined with the stored ones.
+    private func readHistory(now: Date, dryRun: Bool, summary: inout ConsumptionSummary) async throws -> [String] {
+        guard let client else {
+            summary.warnings.append("notification history not read: no App Store Connect key (a dry run goes on from what is stored)")
+            return []
+        }
+        var unstored: [String] = []
         for environment in [AppleEnvironment.production, .sandbox] {
             var token: String?
             pages: for _ in 0..<NotificationHistoryFeed.maximumPages {
@@ -95,20 +102,30 @@ public struct ConsumptionAnswering: Sendable {
                     logger.warning("consumption.history_unread", metadata: ["consumption.reason": "\(why)"])
                     break pages
                 case .success(let answer):
-                    summary.fromHistory += try await notifications.insert(bodies: answer.signedPayloads.map(NotificationHistoryFeed.body), byUUIDOnly: true)
+                    let bodies = answer.signedPayloads.map(NotificationHistoryFeed.body)
+                    if dryRun {
+                        unstored += bodies
+                    } else {
+                        summary.fromHistory += try await notifications.insert(bodies: bodies, byUUIDOnly: true)
+                    }
                     guard answer.hasMore, let next = answer.paginationToken, next != token else { break pages }
                     token = next
                 }
             }
         }
+        return unstored
     }
 
     /// Step 2: every stored V2 notification not examined yet, verified; each request recorded.
-    private func examine(now: Date, dryRun: Bool, summary: inout ConsumptionSummary, show: @Sendable (String) -> Void) async throws {
+    /// Then the requests left `unmatched` whose deadline is ahead, decided again. In a dry run
+    /// also the requests read from Apple's history and not stored here.
+    private func examine(
+        now: Date, dryRun: Bool, unstored: [String], summary: inout ConsumptionSummary, show: @Sendable (String) -> Void
+    ) async throws {
         var after: (Date, Int64)?
         while true {
             let page = try await store.unexamined(since: now.addingTimeInterval(-lookBack), after: after, limit: Self.pageSize)
-            guard let last = page.last else { return }
+            guard let last = page.last else { break }
             after = (last.receivedAt, last.id)
             var notRequests: [Int64] = []
             for pending in page {
@@ -118,33 +135,107 @@ public struct ConsumptionAnswering: Sendable {
                     continue
                 }
                 summary.requests += 1
-                let facts = try await store.facts(for: request, now: now)
-                let decision = ConsumptionDecision.decide(request, facts, policy: policy, now: now)
-                let (outcome, body, detail): (ConsumptionOutcome, String?, String?) = switch decision {
-                case .send(let information, let note): (.pending, information.json, note)
-                case .skip(let outcome, let detail): (outcome, nil, detail)
-                }
-                logger.info("consumption.request", metadata: [
-                    "consumption.transaction_id": "\(request.transactionId)", "consumption.account": "\(facts.accountId ?? "")",
-                    "consumption.reason": "\(request.reason ?? "")", "consumption.decision": "\(outcome.rawValue)",
-                ])
+                let (facts, decision) = try await judge(request, now: now, dryRun: dryRun)
                 if dryRun {
-                    summary.outcomes[outcome, default: 0] += 1
-                    show("transaction \(request.transactionId) (account \(facts.accountId ?? "none")): "
-                        + (body ?? "nothing sent: \(outcome.rawValue): \(detail ?? "")"))
+                    report(request, facts, decision, dryRun: true, summary: &summary, show: show)
                     continue
                 }
-                let recorded = try await store.record(
-                    request, notificationId: pending.id, accountId: facts.accountId, outcome: outcome, body: body, detail: detail, now: now)
-                if recorded != nil && outcome != .pending { summary.outcomes[outcome, default: 0] += 1 }
+                let recorded = try await store.record(request.request, notificationId: pending.id, facts: facts, decision: decision, now: now)
+                if recorded != nil { report(request, facts, decision, dryRun: false, summary: &summary, show: show) }
             }
             if !dryRun { try await store.markExamined(notRequests, now: now) }
+        }
+        for body in unstored {
+            let pending = NotificationStore.Pending(id: 0, receivedAt: now, body: body)
+            guard let request = try await request(of: pending, summary: &summary),
+                  try await !notifications.isStored(notificationUUID: request.request.notificationUUID) else { continue }
+            summary.examined += 1
+            summary.requests += 1
+            let (facts, decision) = try await judge(request, now: now, dryRun: true)
+            report(request, facts, decision, dryRun: true, summary: &summary, show: show)
+        }
+        for unmatched in try await store.unmatched(now: now) {
+            guard let request = try await request(of: unmatched.notification, summary: &summary) else { continue }
+            let (facts, decision) = try await judge(request, now: now, dryRun: dryRun)
+            if case .skip(.unmatched, _) = decision { continue }
+            if dryRun {
+                report(request, facts, decision, dryRun: true, summary: &summary, show: show)
+            } else {
+                try await store.decideAgain(unmatched.id, facts: facts, decision: decision)
+                summary.rematched += 1
+                report(request, facts, decision, dryRun: false, summary: &summary, show: show)
+            }
+        }
+    }
+
+    /// The facts and the decision for one verified request. A transaction its holders' ledger does
+    /// not show yet (a renewal bought since the last run) is first written to the ledger from the
+    /// request's own verified transaction, as the notification's processing would, and judged
+    /// then; a dry run writes nothing and judges as if it had.
+    private func judge(_ verified: VerifiedRequest, now: Date, dryRun: Bool) async throws -> (ConsumptionFacts, ConsumptionDecision) {
+        var facts = try await store.facts(for: verified.request, now: now)
+        // Written only under a holder Apple's verified word names: a stored receipt's own decode is
+        // what the device sent, and never puts a purchase in an account's ledger.
+        if !facts.inLedger, let holder = facts.holders.first(where: \.verified)?.accountId, !verified.request.isAdvancedCommerce {
+            if dryRun {
+                facts.inLedger = true
+            } else {
+                try await notifications.recordInLedger(verified.ledgerEntry(accountId: holder, now: now), holders: facts.holders.map(\.accountId), now: now)
+                logger.info("consumption.learned", metadata: [
+                    "consumption.transaction_id": "\(verified.request.transactionId)", "consumption.account": "\(holder)",
+                ])
+                facts = try await store.facts(for: verified.request, now: now)
+            }
+        }
+        return (facts, ConsumptionDecision.decide(verified.request, facts, policy: policy, now: now))
+    }
+
+    /// Counts, logs and (in a dry run) shows one decision.
+    private func report(
+        _ verified: VerifiedRequest, _ facts: ConsumptionFacts, _ decision: ConsumptionDecision, dryRun: Bool,
+        summary: inout ConsumptionSummary, show: @Sendable (String) -> Void
+    ) {
+        let request = verified.request
+        summary.count(decision, countPending: dryRun)
+        logger.info("consumption.request", metadata: [
+            "consumption.transaction_id": "\(request.transactionId)", "consumption.account": "\(facts.accountId ?? "")",
+            "consumption.holders": "\(facts.holders.count)", "consumption.reason": "\(request.reason ?? "")",
+            "consumption.decision": "\(decision.outcome.rawValue)",
+        ])
+        guard dryRun else { return }
+        let holders = facts.holders.isEmpty ? "none" : facts.holders.map(\.accountId).joined(separator: ", ")
+        let text: String = switch decision {
+        case .send(let body, _): body.json
+        case .skip(let outcome, let detail): "nothing sent: \(outcome.rawValue): \(detail)"
+        case .noConsent(let missing, let detail): "nothing sent: no_consent (\(missing.rawValue)): \(detail)"
+        }
+        show("transaction \(request.transactionId) (account \(holders)): \(text)")
+    }
+
+    /// A dry run's view of the recorded answers still to send: each decided again, as it would be now.
+    private func showPending(now: Date, show: @Sendable (String) -> Void) async throws {
+        for open in try await store.pending() {
+            show("transaction \(open.transactionId) (recorded earlier, decided again when it leaves; recorded body): \(open.body)")
+        }
+    }
+
+    /// A verified CONSUMPTION_REQUEST and the signed transaction it carries.
+    struct VerifiedRequest {
+        var request: ConsumptionRequest
+        var transaction: JWSTransaction
+        var signedDate: Date?
+
+        /// The transaction as the notification's processing writes it to the ledger.
+        func ledgerEntry(accountId: String, now: Date) -> LedgerEntry {
+            LedgerEntry(
+                accountId: accountId, transaction: transaction.ledgerTransaction, environment: request.environment, source: .notificationV2,
+                signed: transaction.signedTerms, asOf: signedDate ?? transaction.signedDate ?? now)
         }
     }
 
     /// The verified request a stored notification is, or nil: not a V2 CONSUMPTION_REQUEST, or
     /// one that did not verify (counted, nothing of it read).
-    private func request(of pending: NotificationStore.Pending, summary: inout ConsumptionSummary) async throws -> ConsumptionRequest? {
+    private func request(of pending: NotificationStore.Pending, summary: inout ConsumptionSummary) async throws -> VerifiedRequest? {
         guard let signed = NotificationV2Body.signedPayload(Array(pending.body.utf8)) else { return nil }
         let verified: VerifiedNotificationV2
         do {
@@ -168,11 +259,13 @@ public struct ConsumptionAnswering: Sendable {
             ])
             return nil
         }
-        return ConsumptionRequest(
+        let request = ConsumptionRequest(
             notificationUUID: uuid, transactionId: transaction.transactionId, originalTransactionId: transaction.originalTransactionId,
             productId: transaction.productId, productType: transaction.type, subscriptionGroupIdentifier: transaction.subscriptionGroupIdentifier,
             environment: AppleEnvironment(appleName: transaction.rawEnvironment ?? payload.rawEnvironment) ?? .production,
-            reason: payload.rawConsumptionRequestReason, requestedAt: requestedAt, isAdvancedCommerce: transaction.hasAdvancedCommerceInfo)
+            reason: payload.rawConsumptionRequestReason, requestedAt: requestedAt, isAdvancedCommerce: transaction.hasAdvancedCommerceInfo,
+            purchaseDate: transaction.purchaseDate)
+        return VerifiedRequest(request: request, transaction: transaction, signedDate: payload.signedDate)
     }
 
     /// Step 4: each pending answer, oldest request first, within the endpoint's budget.
@@ -184,9 +277,24 @@ public struct ConsumptionAnswering: Sendable {
                 if expired > 0 { summary.outcomes[.pastDeadline, default: 0] += expired }
                 continue
             }
-            guard try await store.markSending(open.id, now: Date()) else { continue }
+            let claim = try await store.claimForSending(open.id, now: Date()) { [policy] request, facts in
+                ConsumptionDecision.decide(request, facts, policy: policy, now: Date())
+            }
+            let body: String
+            switch claim {
+            case .gone: continue
+            case .withheld(let decision, let others):
+                summary.count(decision, countPending: false)
+                if others > 0 { summary.outcomes[.noConsent, default: 0] += others }
+                logger.notice("consumption.withheld", metadata: [
+                    "consumption.transaction_id": "\(open.transactionId)", "consumption.outcome": "\(decision.outcome.rawValue)",
+                    "consumption.others_withheld": "\(others)",
+                ])
+                continue
+            case .send(let decided): body = decided
+            }
             TestFault.dieIfPoison(consumptionAnswerOf: open.transactionId)
-            let outcome = await client.sendConsumptionInformation(transactionId: open.transactionId, environment: open.environment, body: open.body)
+            let outcome = await client.sendConsumptionInformation(transactionId: open.transactionId, environment: open.environment, body: body)
             let ended: ConsumptionOutcome
             switch outcome.result {
             case .success:

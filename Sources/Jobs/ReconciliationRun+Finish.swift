@@ -118,6 +118,12 @@ extension ReconciliationRun {
                 (key, APIEndpointUsage(budgetPerSecond: used.budget, requests: used.requests, throttled: used.throttled, seconds: seconds))
             })
         }
+        let finishedAt = summary.finishedAt!
+        let answers = try await withDatabaseRetry(logger: logger) {
+            try await writer.consumptionAnswers(since: finishedAt.addingTimeInterval(-24 * 3600), now: finishedAt)
+        }
+        summary.consumptionAnswers = answers.outcomes
+        summary.consumptionOldestUnansweredSeconds = answers.oldestOpen.map { Int(max(0, finishedAt.timeIntervalSince($0))) } ?? 0
         let finished = summary
         try await withDatabaseRetry(logger: logger) { try await writer.updateRun(finished) }
         do {

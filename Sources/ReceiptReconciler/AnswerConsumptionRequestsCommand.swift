@@ -23,11 +23,14 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
             Run it every 15 to 60 minutes (cron/). It reads Apple's notification history for the requests of \
             the last 13 hours (with the App Store Connect key), verifies every stored V2 notification it has not \
             examined yet, and records each request in iap.consumption_answers before anything is sent: sent, \
-            no_consent (iap.consumption_consent has no row for the account, or consented false), past_deadline, \
-            refused (Apple's 4xx and errorCode), failed, unmatched, advanced_commerce or answered_already. \
-            Nothing is ever sent twice for one request, nor for one transaction within 12 hours, nor after \
-            the 12 hours. Exit 0 when it completed (refusals included), 2 for the configuration (or Apple \
-            refusing the key), 4 when another answering process runs.
+            no_consent (an account holding the transaction has no row in iap.consumption_consent, or consented \
+            false; with several holders, every one must consent: ambiguous_holder), past_deadline, refused \
+            (Apple's 4xx and errorCode), failed, unmatched (examined again every run until the deadline), \
+            advanced_commerce or answered_already (Apple took an answer for the transaction within 12 hours). \
+            Each answer is decided again, consent read again, in the transaction that lets it leave. \
+            Nothing is ever sent twice for one request, nor after the 12 hours. Exit 0 when it completed \
+            (refusals included), 2 for the configuration (or Apple refusing the key), 4 when another answering \
+            process runs.
             """
     )
 
@@ -37,7 +40,7 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
     @OptionGroup var appStoreConnect: AppStoreConnectOptions
     @OptionGroup var budget: ServerAPIBudgetOptions
 
-    @Flag(help: "Decide and print each body that would be sent; ask Apple nothing, record nothing, send nothing.")
+    @Flag(help: "Read Apple's notification history, decide and print each body that would be sent; store nothing, record nothing, send nothing.")
     var dryRun = false
 
     @Option(help: ArgumentHelp(
@@ -46,7 +49,7 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
     var refundPreference: ConsumptionInformation.RefundPreference?
 
     @Option(help: ArgumentHelp(
-        "sampleContentProvided: ledger (true when the ledger shows a free trial or an introductory offer for the product or its subscription group), always, or never.",
+        "sampleContentProvided: ledger (true when a holder's ledger shows a free trial of the product or its subscription group begun before the purchase; a paid introductory offer is no sample), always, or never.",
         valueName: "source"))
     var sampleContent: ConsumptionPolicy.SampleContent = .ledger
 
@@ -69,8 +72,11 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
             }
             let verifier = try SignedDataVerifier(configuration: .init(
                 trustedRoots: try app.trustedRoots(), bundleIds: Set(bundleIds), appAppleId: try app.configuredAppAppleId()))
-            // The key is needed to send; a dry run asks Apple nothing and needs none.
-            let apiConfiguration = dryRun ? nil : (try appStoreConnect.credentials(bundleIds: bundleIds), try appStoreConnect.endpoints())
+            // The key is needed to send. A dry run reads Apple's notification history with it when
+            // it is there, and goes on from what is stored when it is not (and says so).
+            let apiConfiguration = dryRun
+                ? try? (appStoreConnect.credentials(bundleIds: bundleIds), appStoreConnect.endpoints())
+                : (try appStoreConnect.credentials(bundleIds: bundleIds), try appStoreConnect.endpoints())
             let connection = try await PostgresConnection.connect(try database.connectionString())
             guard try await ConsumptionStore(connection: connection).tryLock() else {
                 logger.error("consumption.locked", metadata: ["error": "another answer-consumption-requests holds the lock on this database"])

@@ -246,7 +246,8 @@ enum ExplainOutput {
         out += evidence.consumptionAnswers.isEmpty ? "  (none)\n" : table(
             ["asked", "transaction", "reason", "outcome", "answered", "apple", "body or why"],
             evidence.consumptionAnswers.map { answer in
-                [time(answer.requestedAt), answer.transactionId, answer.reason ?? "-", answer.outcome, time(answer.answeredAt),
+                [time(answer.requestedAt), answer.transactionId, answer.reason ?? "-", answer.outcome + (answer.why.map { " (\($0))" } ?? ""),
+                 time(answer.answeredAt),
                  answer.httpStatus.map { "HTTP \($0)" + (answer.errorCode.map { " \($0)" } ?? "") } ?? "-",
                  [answer.body, answer.detail].compactMap { $0 }.joined(separator: "; ")]
             })

@@ -32,6 +32,8 @@ struct ExplainDocument: Encodable {
         let transactionId: String
         @Nullable var reason: String?
         let outcome: String
+        @Nullable var why: String?
+        let holders: [String]
         @Nullable var body: String?
         @Nullable var httpStatus: Int?
         @Nullable var errorCode: Int64?
@@ -39,7 +41,7 @@ struct ExplainDocument: Encodable {
         @Nullable var answeredAt: Date?
 
         enum CodingKeys: String, CodingKey {
-            case requestedAt = "requested_at", transactionId = "transaction_id", reason, outcome, body, httpStatus = "http_status"
+            case requestedAt = "requested_at", transactionId = "transaction_id", reason, outcome, why, holders, body, httpStatus = "http_status"
             case errorCode = "error_code", detail, answeredAt = "answered_at"
         }
 
@@ -48,6 +50,8 @@ struct ExplainDocument: Encodable {
             transactionId = record.transactionId
             reason = record.reason
             outcome = record.outcome
+            why = record.why
+            holders = record.holders
             body = record.body
             httpStatus = record.httpStatus
             errorCode = record.errorCode

@@ -14,6 +14,10 @@ public struct ConsumptionSummary: Sendable, Equatable {
     public var fromHistory = 0
     /// How this run's requests and answers ended, by outcome (`pending` counts those left for the next run).
     public var outcomes: [ConsumptionOutcome: Int] = [:]
+    /// Of the `no_consent` outcomes, why: several holders without every consent among them.
+    public var missingConsent: [MissingConsent: Int] = [:]
+    /// Requests left `unmatched` by an earlier run that this one could decide.
+    public var rematched = 0
     /// The oldest request still waiting for its answer to leave, when the run ended.
     public var oldestOpenRequest: Date?
     /// What went wrong that did not stop the run (notification history unreadable, for instance).
@@ -22,6 +26,13 @@ public struct ConsumptionSummary: Sendable, Equatable {
     public var finishedAt = Date()
 
     public init() {}
+
+    /// Counts one decision (a body to send only when asked: it is counted when it leaves).
+    public mutating func count(_ decision: ConsumptionDecision, countPending: Bool) {
+        if case .noConsent(let missing, _) = decision { missingConsent[missing, default: 0] += 1 }
+        guard countPending || decision.outcome != .pending else { return }
+        outcomes[decision.outcome, default: 0] += 1
+    }
 
     /// Seconds the oldest open request has waited; 0 when none waits.
     public var oldestOpenAge: TimeInterval {
@@ -37,6 +48,9 @@ public struct ConsumptionSummary: Sendable, Equatable {
         if fromHistory > 0 { lines.append("  stored from Apple's notification history: \(fromHistory)") }
         let counted = ConsumptionOutcome.allCases.compactMap { outcome in outcomes[outcome].map { "\(outcome.rawValue) \($0)" } }
         lines.append("  outcomes: " + (counted.isEmpty ? "none" : counted.joined(separator: ", ")))
+        let lacking = MissingConsent.allCases.compactMap { missing in missingConsent[missing].map { "\(missing.rawValue) \($0)" } }
+        if !lacking.isEmpty { lines.append("  no consent, why: " + lacking.joined(separator: ", ")) }
+        if rematched > 0 { lines.append("  requests matched since an earlier run: \(rematched)") }
         if let oldest = oldestOpenRequest {
             lines.append("  oldest unanswered request: \(Int(oldestOpenAge / 60)) min old (asked at \(Timestamp.format(oldest)))")
         } else {

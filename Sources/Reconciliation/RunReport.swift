@@ -73,6 +73,11 @@ public enum RunReport {
             lines.append("  quarantined accounts: \(quarantined.count) (each stopped the process 3 times; failed unread; see the report)")
         }
         if !summary.consumptionRequests.isEmpty { lines.append("  consumption requests: \(summary.consumptionRequests.count)") }
+        if let answers = summary.consumptionAnswers, !answers.isEmpty {
+            let counted = answers.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+            lines.append("  refund questions of the last 24 hours: \(counted); oldest unanswered: "
+                + (summary.consumptionOldestUnansweredSeconds.map { $0 > 0 ? "\($0 / 60) min" : "none" } ?? "none"))
+        }
         if !summary.bundleMismatches.isEmpty { lines.append("  receipts of another app: \(summary.bundleMismatches.count) (see the report)") }
         if let untyped = summary.productsLeftAsStored, !untyped.isEmpty {
             lines.append("  products left as stored (no type known: add them to iap.products): \(untyped.count) (see the report)")

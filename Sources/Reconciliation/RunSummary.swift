@@ -116,6 +116,12 @@ public struct RunSummary: Sendable, Codable, Equatable {
     public var notifications: [String: [NotificationOutcome: Int]] = [:]
     /// CONSUMPTION_REQUESTs processed: `answer-consumption-requests` answers them (docs/consumption.md).
     public var consumptionRequests: [String] = []
+    /// The answers to them (`answer-consumption-requests`): the requests Apple asked in the 24
+    /// hours before this run finished, by outcome. Optional so that older summaries still decode.
+    public var consumptionAnswers: [String: Int]?
+    /// Seconds the oldest request still waiting for its answer had waited when this run finished
+    /// (0: none waits): past 10 hours, its 12 are nearly over.
+    public var consumptionOldestUnansweredSeconds: Int?
     /// Notifications rejected, each with the check that failed (`jws_invalid: signature`). Optional
     /// only so that summaries stored before V2 still decode.
     public var notificationsRejected: [String]?

@@ -47,64 +47,69 @@ public struct ConsumptionStore: Sendable {
             """)
     }
 
-    /// What the app declared and the verified ledger knows for one request.
-    public func facts(for request: ConsumptionRequest, now: Date) async throws -> ConsumptionFacts {
-        let ids = [request.originalTransactionId, request.transactionId].compactMap { $0 }
-        guard let account = try await NotificationStore(connection: connection).accounts(owning: ids).first else {
-            return ConsumptionFacts(accountId: nil)
-        }
-        let since = now.addingTimeInterval(-ConsumptionRequest.answerWindow)
-        let row = try await connection.query("""
-            SELECT c.consented, c.refund_preference, u.consumption_percentage, u.delivery_status,
-                   (u.transaction_id IS NOT NULL) AS has_usage,
-                   (l.transaction_id IS NOT NULL) AS in_ledger, (l.cancellation_date IS NOT NULL) AS revoked,
-                   EXISTS (SELECT 1 FROM iap.transactions t
-                           WHERE t.account_id = \(account)
-                             AND (t.product_id = \(request.productId)
-                                  OR (\(request.subscriptionGroupIdentifier)::text IS NOT NULL
-                                      AND t.subscription_group_identifier = \(request.subscriptionGroupIdentifier)))
-                             AND (t.is_trial_period IS TRUE OR t.is_in_intro_offer_period IS TRUE)) AS sample,
-                   EXISTS (SELECT 1 FROM iap.consumption_answers a
-                           WHERE a.transaction_id = \(request.transactionId) AND a.notification_uuid <> \(request.notificationUUID)
-                             AND (a.outcome IN ('pending', 'sending') OR (a.outcome = 'sent' AND a.answered_at > \(since)))) AS answered
-            FROM (SELECT 1) AS one
-            LEFT JOIN iap.consumption_consent c ON c.account_id = \(account)
-            LEFT JOIN iap.consumption_usage u ON u.transaction_id = \(request.transactionId)
-            LEFT JOIN iap.transactions l ON l.transaction_id = \(request.transactionId) AND l.account_id = \(account)
-            """)[0]
-        let consented: Bool? = try row.decode("consented")
-        let usage: ConsumptionFacts.Usage? = try row.decode("has_usage", as: Bool.self)
-            ? ConsumptionFacts.Usage(
-                consumptionPercentage: try row.decode("consumption_percentage"),
-                deliveryStatus: try row.decode("delivery_status", as: String?.self).flatMap(ConsumptionInformation.DeliveryStatus.init(rawValue:)))
-            : nil
-        let refundPreference = try row.decode("refund_preference", as: String?.self).flatMap(ConsumptionInformation.RefundPreference.init(rawValue:))
-        return ConsumptionFacts(
-            accountId: account,
-            consent: consented.map { ConsumptionFacts.Consent(consented: $0, refundPreference: refundPreference) },
-            usage: usage, inLedger: try row.decode("in_ledger"), revoked: try row.decode("revoked"), sampleInLedger: try row.decode("sample"),
-            answeredRecently: try row.decode("answered"))
-    }
-
     /// Records one request and its decision, and marks its notification examined, in one
     /// transaction. Nil when the request (its notificationUUID) was recorded before: never two answers.
     public func record(
-        _ request: ConsumptionRequest, notificationId: Int64, accountId: String?, outcome: ConsumptionOutcome, body: String?,
-        detail: String?, now: Date
+        _ request: ConsumptionRequest, notificationId: Int64, facts: ConsumptionFacts, decision: ConsumptionDecision, now: Date
     ) async throws -> Int64? {
-        try await connection.withTransaction { connection in
+        let (body, detail, why) = Self.columns(decision)
+        return try await connection.withTransaction { connection in
             let id: Int64? = try await connection.query("""
                 INSERT INTO iap.consumption_answers (notification_id, notification_uuid, transaction_id, original_transaction_id, product_id,
-                    account_id, environment, reason, requested_at, deadline, outcome, body, detail, recorded_at)
+                    product_type, subscription_group_identifier, purchase_date, account_id, holders, environment, reason, requested_at,
+                    deadline, outcome, why, body, detail, recorded_at)
                 VALUES (\(notificationId), \(request.notificationUUID), \(request.transactionId), \(request.originalTransactionId),
-                        \(request.productId), \(accountId), \(request.environment.rawValue), \(request.reason), \(request.requestedAt),
-                        \(request.deadline), \(outcome.rawValue), \(body), \(detail), \(now))
+                        \(request.productId), \(request.productType?.rawValue), \(request.subscriptionGroupIdentifier), \(request.purchaseDate),
+                        \(facts.accountId), \(facts.holders.map(\.accountId)), \(request.environment.rawValue), \(request.reason),
+                        \(request.requestedAt), \(request.deadline), \(decision.outcome.rawValue), \(why), \(body), \(detail), \(now))
                 ON CONFLICT (notification_uuid) DO NOTHING
                 RETURNING id
                 """).first.map { try $0.decode("id") }
             try await connection.execute("UPDATE iap.notifications SET consumption_examined_at = \(now) WHERE id = \(notificationId)")
             return id
         }
+    }
+
+    /// The body, detail and `why` a decision is recorded with.
+    static func columns(_ decision: ConsumptionDecision) -> (body: String?, detail: String?, why: String?) {
+        switch decision {
+        case .send(let information, let note): (information.json, note, nil)
+        case .skip(_, let detail): (nil, detail, nil)
+        case .noConsent(let missing, let detail): (nil, detail, missing.rawValue)
+        }
+    }
+
+    /// A request recorded `unmatched` whose 12 hours are not over, with its notification: no
+    /// account held it, or its transaction was not in the ledger, when it was last examined.
+    public struct Unmatched: Sendable {
+        public var id: Int64
+        public var notification: NotificationStore.Pending
+    }
+
+    /// The requests recorded `unmatched` by an earlier run whose deadline is still ahead, oldest
+    /// first: examined again every run, since the ledger may have learned the transaction since.
+    public func unmatched(now: Date) async throws -> [Unmatched] {
+        try await connection.query("""
+            SELECT a.id, n.id AS notification_id, n.received_at, n.body::text AS body
+            FROM iap.consumption_answers a JOIN iap.notifications n ON n.id = a.notification_id
+            WHERE a.outcome = 'unmatched' AND a.deadline > \(now) AND a.recorded_at < \(now)
+            ORDER BY a.requested_at, a.id
+            """).map { row in
+            Unmatched(id: try row.decode("id"), notification: NotificationStore.Pending(
+                id: try row.decode("notification_id"), receivedAt: try row.decode("received_at"), body: try row.decode("body")))
+        }
+    }
+
+    /// A request recorded `unmatched`, decided again: its new outcome, holders and body. Nothing
+    /// when it is no longer `unmatched`.
+    public func decideAgain(_ id: Int64, facts: ConsumptionFacts, decision: ConsumptionDecision) async throws {
+        let (body, detail, why) = Self.columns(decision)
+        try await connection.execute("""
+            UPDATE iap.consumption_answers
+            SET outcome = \(decision.outcome.rawValue), why = \(why), body = \(body), detail = \(detail),
+                account_id = \(facts.accountId), holders = \(facts.holders.map(\.accountId))
+            WHERE id = \(id) AND outcome = 'unmatched'
+            """)
     }
 
     /// One recorded answer still to send.
@@ -129,16 +134,6 @@ public struct ConsumptionStore: Sendable {
                 environment: AppleEnvironment(rawValue: try row.decode("environment")) ?? .production,
                 deadline: try row.decode("deadline"), body: try row.decode("body"))
         }
-    }
-
-    /// Turns a pending answer `sending`, committed before its request leaves; false when it is
-    /// no longer pending (nothing is sent then).
-    public func markSending(_ id: Int64, now: Date) async throws -> Bool {
-        try await !connection.query("""
-            UPDATE iap.consumption_answers SET outcome = 'sending', attempts = attempts + 1, answered_at = \(now)
-            WHERE id = \(id) AND outcome = 'pending'
-            RETURNING id
-            """).isEmpty
     }
 
     /// Apple's answer, or what ended the request.
@@ -183,10 +178,19 @@ public struct ConsumptionStore: Sendable {
             """).count
     }
 
-    /// When the oldest request still waiting for its answer to leave was made; nil when none waits.
-    public func oldestOpenRequest() async throws -> Date? {
+    /// The requests Apple asked since `since`, by their answers' outcome.
+    public func outcomes(since: Date) async throws -> [String: Int] {
+        Dictionary(uniqueKeysWithValues: try await connection.query("""
+            SELECT outcome, count(*) AS requests FROM iap.consumption_answers WHERE requested_at >= \(since) GROUP BY outcome
+            """).map { (try $0.decode("outcome", as: String.self), Int(try $0.decode("requests", as: Int64.self))) })
+    }
+
+    /// When the oldest request still waiting for its answer was made (its answer not left, or its
+    /// transaction not matched yet and its deadline ahead); nil when none waits.
+    public func oldestOpenRequest(now: Date) async throws -> Date? {
         try await connection.query("""
-            SELECT min(requested_at) AS oldest FROM iap.consumption_answers WHERE outcome IN ('pending', 'sending')
+            SELECT min(requested_at) AS oldest FROM iap.consumption_answers
+            WHERE outcome IN ('pending', 'sending') OR (outcome = 'unmatched' AND deadline > \(now))
             """)[0].decode("oldest")
     }
 }

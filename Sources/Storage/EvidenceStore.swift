@@ -103,12 +103,12 @@ public struct EvidenceStore: Sendable {
                 """).first.map { AccountEvidence.Quarantine(since: try $0.decode("quarantined_at"), reason: try $0.decode("quarantine_reason")) }
             evidence.moneyEvents = try await FinanceLedger.events(accountId: accountId, connection: connection)
             evidence.consumptionAnswers = try await connection.query("""
-                SELECT requested_at, transaction_id, reason, outcome, body, http_status, error_code, detail, answered_at
-                FROM iap.consumption_answers WHERE account_id = \(accountId) ORDER BY requested_at DESC, id DESC
+                SELECT requested_at, transaction_id, reason, outcome, why, to_json(holders)::text AS holders, body, http_status, error_code, detail, answered_at
+                FROM iap.consumption_answers WHERE account_id = \(accountId) OR holders @> ARRAY[\(accountId)]::text[] ORDER BY requested_at DESC, id DESC
                 """).map { row in
                 ConsumptionAnswerRecord(
                     requestedAt: try row.decode("requested_at"), transactionId: try row.decode("transaction_id"), reason: try row.decode("reason"),
-                    outcome: try row.decode("outcome"), body: try row.decode("body"), httpStatus: try row.decode("http_status"),
+                    outcome: try row.decode("outcome"), why: try row.decode("why"), holders: (try? JSONDecoder().decode([String].self, from: Data(try row.decode("holders", as: String.self).utf8))) ?? [], body: try row.decode("body"), httpStatus: try row.decode("http_status"),
                     errorCode: try row.decode("error_code"), detail: try row.decode("detail"), answeredAt: try row.decode("answered_at"))
             }
             evidence.quarantinedNotificationIds = try await connection.query("""

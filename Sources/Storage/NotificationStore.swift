@@ -57,6 +57,12 @@ public struct NotificationStore: Sendable {
         public var id: Int64
         public var receivedAt: Date
         public var body: String
+
+        public init(id: Int64, receivedAt: Date, body: String) {
+            self.id = id
+            self.receivedAt = receivedAt
+            self.body = body
+        }
     }
 
     /// The next unprocessed notifications after `after`, oldest first: candidates only, each is
@@ -173,6 +179,46 @@ public struct NotificationStore: Sendable {
             """).isEmpty
     }
 
+    /// A V2 notification's transactions into the ledger (`NotificationWrite.upsertLedger`), after
+    /// noting each account's last live verification as Apple's latest word on those it spoke of.
+    func upsertSignedLedger(_ entries: [LedgerEntry]) async throws {
+        // One statement, as `ReconciliationStore.noteLatestWord` for each row with its own account's
+        // time; only where that answer was current (docs/database.md, "The ledger"): a production
+        // row, not a consumable's (verifyReceipt cannot show its refund), by Apple's signed type
+        // here or in the row, else the catalog's.
+        let spoken = entries.filter { $0.signed?.rawProductType != SignedProductType.consumable.rawValue }.map(\.transaction.transactionId)
+        try await connection.execute("""
+            UPDATE iap.transactions t SET apple_as_of = v.verified
+            FROM (SELECT l.transaction_id, max(r.last_verified_at) AS verified
+                  FROM iap.transactions l JOIN iap.app_receipts r
+                    ON r.account_id = l.account_id AND COALESCE(l.original_transaction_id, l.transaction_id) = ANY(r.ledger_original_transaction_ids)
+                  LEFT JOIN iap.products p ON p.product_id = l.product_id
+                  WHERE l.transaction_id = ANY(\(spoken)) AND r.last_verified_at IS NOT NULL AND l.environment = 'Production'
+                    AND COALESCE(l.signed_product_type = \(SignedProductType.consumable.rawValue), p.type = 'consumable') IS NOT TRUE
+                  GROUP BY l.transaction_id) v
+            WHERE t.transaction_id = ANY(\(spoken)) AND t.transaction_id = v.transaction_id
+              AND COALESCE(t.apple_as_of, '-infinity') < v.verified
+            """)
+        try await ReconciliationStore(connection: connection).upsertLedger(entries)
+    }
+
+    /// One verified transaction Apple signed into a notification, written to the ledger as that
+    /// notification's processing would write it, in a transaction of its own, and its holders'
+    /// receipts made due: answering a CONSUMPTION_REQUEST judges delivery from the ledger, and a
+    /// renewal bought since the last run is not in it yet. The notification itself is left for
+    /// the nightly run, which finds the row written (and writes nothing again).
+    public func recordInLedger(_ entry: LedgerEntry, holders: [String], now: Date) async throws {
+        try await connection.withTransaction { _ in
+            try await upsertSignedLedger([entry])
+            for holder in holders { try await requestReverification(accountId: holder, now: now) }
+        }
+    }
+
+    /// Whether a notification with this notificationUUID is stored.
+    public func isStored(notificationUUID: String) async throws -> Bool {
+        try await !connection.query("SELECT 1 FROM iap.notifications WHERE notification_uuid = \(notificationUUID) LIMIT 1").isEmpty
+    }
+
     /// Makes every receipt of the account due now, and its ledger written again by that run
     /// (the notification wrote ledger rows the last answer's digest does not describe).
     public func requestReverification(accountId: String, now: Date) async throws {
@@ -199,8 +245,6 @@ public struct NotificationWrite {
         self.now = now
     }
 
-    private var ledger: ReconciliationStore { ReconciliationStore(connection: store.connection) }
-
     /// Records the outcome and why; `processed` false leaves it for a later run (unmatched, not given up).
     public func record(_ outcome: NotificationOutcome, reason: String? = nil, processed: Bool = true, accountId: String? = nil) async throws {
         try await store.mark(id, outcome: outcome, reason: reason, processed: processed, accountId: accountId, runId: runId, now: now)
@@ -226,24 +270,7 @@ public struct NotificationWrite {
     /// `ledger_original_transaction_ids`): a verification that changed nothing rewrote no row, and
     /// a notification signed before it is stale all the same.
     public func upsertLedger(_ entries: [LedgerEntry]) async throws {
-        // One statement, as `ReconciliationStore.noteLatestWord` for each row with its own account's
-        // time; only where that answer was current (docs/database.md, "The ledger"): a production
-        // row, not a consumable's (verifyReceipt cannot show its refund), by Apple's signed type
-        // here or in the row, else the catalog's.
-        let spoken = entries.filter { $0.signed?.rawProductType != SignedProductType.consumable.rawValue }.map(\.transaction.transactionId)
-        try await store.connection.execute("""
-            UPDATE iap.transactions t SET apple_as_of = v.verified
-            FROM (SELECT l.transaction_id, max(r.last_verified_at) AS verified
-                  FROM iap.transactions l JOIN iap.app_receipts r
-                    ON r.account_id = l.account_id AND COALESCE(l.original_transaction_id, l.transaction_id) = ANY(r.ledger_original_transaction_ids)
-                  LEFT JOIN iap.products p ON p.product_id = l.product_id
-                  WHERE l.transaction_id = ANY(\(spoken)) AND r.last_verified_at IS NOT NULL AND l.environment = 'Production'
-                    AND COALESCE(l.signed_product_type = \(SignedProductType.consumable.rawValue), p.type = 'consumable') IS NOT TRUE
-                  GROUP BY l.transaction_id) v
-            WHERE t.transaction_id = ANY(\(spoken)) AND t.transaction_id = v.transaction_id
-              AND COALESCE(t.apple_as_of, '-infinity') < v.verified
-            """)
-        try await ledger.upsertLedger(entries)
+        try await store.upsertSignedLedger(entries)
     }
 }
 

@@ -185,3 +185,12 @@ public struct ReconciliationStore: Sendable {
         return result
     }
 }
+
+extension ReconciliationStore {
+    /// For the nightly summary (docs/reports.md): the refund questions of the last day by
+    /// outcome, and when the oldest one still waiting for its answer was asked.
+    public func consumptionAnswers(since: Date, now: Date) async throws -> (outcomes: [String: Int], oldestOpen: Date?) {
+        let store = ConsumptionStore(connection: connection)
+        return (try await store.outcomes(since: since), try await store.oldestOpenRequest(now: now))
+    }
+}

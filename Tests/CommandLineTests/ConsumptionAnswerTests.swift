@@ -173,7 +173,8 @@ import TestSupport
 
     /// The body for each kind of product, from the ledger and the app's usage: a trial of the
     /// subscription group makes `sampleContentProvided` true; a percentage is never sent for an
-    /// auto-renewable subscription; a revoked purchase is UNDELIVERED_OTHER; the default preference.
+    /// auto-renewable subscription; a revoked purchase was delivered all the same (a refund does
+    /// not undo a delivery); the default preference.
     @Test func theBodyOfEachKindOfProduct() async throws {
         try await RunWorld.with("consumption-bodies") { world in
             try await Self.ledger(world, "reader", "201", product: "book.1")
@@ -206,7 +207,7 @@ import TestSupport
                 #"{"customerConsented":true,"deliveryStatus":"DELIVERED","sampleContentProvided":false,"consumptionPercentage":60000,"refundPreference":"DECLINE"}"#,
                 #"{"customerConsented":true,"deliveryStatus":"DELIVERED","sampleContentProvided":true,"refundPreference":"DECLINE"}"#,
                 #"{"customerConsented":true,"deliveryStatus":"UNDELIVERED_QUALITY_ISSUE","sampleContentProvided":false,"consumptionPercentage":0,"refundPreference":"DECLINE"}"#,
-                #"{"customerConsented":true,"deliveryStatus":"UNDELIVERED_OTHER","sampleContentProvided":false,"refundPreference":"DECLINE"}"#,
+                #"{"customerConsented":true,"deliveryStatus":"DELIVERED","sampleContentProvided":false,"refundPreference":"DECLINE"}"#,
             ])
             let notes = try await world.connection.query("SELECT detail FROM iap.consumption_answers WHERE transaction_id IN ('302', '401') ORDER BY transaction_id")
                 .map { try $0.decode("detail", as: String?.self) }
