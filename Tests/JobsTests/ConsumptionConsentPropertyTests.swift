@@ -64,7 +64,8 @@ import TestSupport
         func pick(_ n: Int) -> Int { Int(generator.next() % UInt64(n)) }
         var accepted = 0
         var withheld = 0
-        for world in 0..<6 {
+        var withdrawnWhileWaiting = 0
+        for world in 0..<4 {
             var purchases: [Purchase] = []
             for index in 0..<6 {
                 let original = "o\(world)-\(index)"
@@ -72,7 +73,7 @@ import TestSupport
                 let holders = Array(Self.accounts.shuffled(using: &generator).prefix(pick(4)))
                 purchases.append(Purchase(
                     original: original, transaction: renewal ? original + "-r" : original, holders: holders,
-                    inLedger: !renewal && pick(4) != 0, declared: pick(3) == 0 ? Self.statuses[pick(3)] : nil, failures: pick(3) == 0 ? 5 + pick(4) : pick(2)))
+                    inLedger: !renewal && pick(4) != 0, declared: pick(3) == 0 ? Self.statuses[pick(3)] : nil, failures: pick(2) == 0 ? 5 + pick(4) : pick(2)))
             }
             var faults: [String: Any] = [:]
             for purchase in purchases where purchase.failures > 0 {
@@ -109,12 +110,14 @@ import TestSupport
                 let (answering, gateway) = try Self.answering(world)
                 defer { gateway.shutdown() }
                 var seen = 0
-                for _ in 0..<3 {
-                    // Consent as it stands for this pass: no row, true or false, a preference or none.
+                var waiting: [String] = []  // transactions whose answer Apple has not taken yet
+                for pass in 0..<3 {
+                    // Consent as it stands for this pass: no row, true or false, a preference or none;
+                    // mostly given at first, so that answers wait (Apple's 500s) and meet a withdrawal.
                     var consented: [String: Bool] = [:]
                     try await connection.execute("DELETE FROM iap.consumption_consent")
                     for account in Self.accounts {
-                        switch pick(3) {
+                        switch pass == 0 && pick(4) != 0 ? 1 : pick(3) {
                         case 0: continue
                         case let answer:
                             consented[account] = answer == 1
@@ -124,6 +127,9 @@ import TestSupport
                                 """)
                         }
                     }
+                    withdrawnWhileWaiting += waiting.filter { id in
+                        purchases.first { $0.transaction == id }?.holders.contains { consented[$0] != true } == true
+                    }.count
                     _ = try await answering.run(now: Date(), dryRun: false) { _ in }
                     let received = try await Self.received(world)
                     for entry in received.dropFirst(seen) {
@@ -138,12 +144,16 @@ import TestSupport
                         if entry.status == 202 { accepted += 1 }
                     }
                     seen = received.count
+                    waiting = try await connection.query("SELECT transaction_id FROM iap.consumption_answers WHERE outcome = 'pending'")
+                        .map { try $0.decode("transaction_id") }
                 }
                 withheld += try await world.count("SELECT count(*) FROM iap.consumption_answers WHERE outcome = 'no_consent'")
             }
         }
-        // The property held over worlds where answers were taken and others withheld, not vacuously.
-        #expect(accepted > 0 && withheld > 0, "\(seed): \(accepted) accepted, \(withheld) withheld")
+        // The property held over worlds where answers were taken, others withheld, and some waited
+        // for Apple while a holder's consent was withdrawn: not vacuously.
+        #expect(accepted > 0 && withheld > 0 && withdrawnWhileWaiting > 0,
+                "\(seed): \(accepted) accepted, \(withheld) withheld, \(withdrawnWhileWaiting) withdrawn while waiting")
     }
 
     /// The command's own parts, against the world's simulator and Apple's test key.
