@@ -19,12 +19,8 @@ SET product_type = t.signed_product_type, subscription_group_identifier = t.subs
     purchase_date = t.purchase_date
 FROM iap.transactions t WHERE t.transaction_id = a.transaction_id;
 
--- A holder's answers, for explain and for withdrawing consent from every pending one at once.
+-- A holder's answers, for explain.
 CREATE INDEX consumption_answers_holders_idx ON iap.consumption_answers USING gin (holders);
--- Requests not matched yet, examined again every run until their deadline.
-CREATE INDEX consumption_answers_unmatched_idx ON iap.consumption_answers (deadline) WHERE outcome = 'unmatched';
-
--- The accounts whose stored receipts name an original transaction (the receipt's own decode, and
--- Apple's answer to it): holders of a transaction the ledger may not show yet.
-CREATE INDEX app_receipts_receipt_originals_idx ON iap.app_receipts USING gin (receipt_original_transaction_ids);
-CREATE INDEX app_receipts_ledger_originals_idx ON iap.app_receipts USING gin (ledger_original_transaction_ids);
+-- Requests not matched yet, or waiting for a consent row, examined again every run until their deadline.
+CREATE INDEX consumption_answers_undecided_idx ON iap.consumption_answers (deadline)
+    WHERE outcome IN ('unmatched', 'no_consent') AND answered_at IS NULL;

@@ -185,10 +185,15 @@ public final class ServerAPIClient: Sendable {
     /// the host of the request's environment: success is Apple's 202. 5xx and timeouts are tried
     /// again within the attempts; a 4xx is final (`.failed`, with Apple's `errorCode`). `body` is
     /// `ConsumptionInformation.json` as recorded before sending: what leaves is what was recorded.
-    public func sendConsumptionInformation(transactionId: String, environment: AppleEnvironment, body: String) async -> Outcome<Void> {
+    /// `attempts`: one by default. The answer is decided again, consent read again, before each
+    /// attempt (`ConsumptionAnswering`): a retry here would send a body past a withdrawal.
+    public func sendConsumptionInformation(transactionId: String, environment: AppleEnvironment, body: String, attempts: Int = 1) async
+        -> Outcome<Void>
+    {
         var outcome = Outcome<Void>(result: .success(()), environment: environment)
         let path = "/inApps/v2/transactions/consumption/" + Self.pathComponent(transactionId)
-        switch await fetch(.consumption, path, query: [], method: "PUT", body: Array(body.utf8), outcome: &outcome, mayHop: false) {
+        switch await fetch(.consumption, path, query: [], method: "PUT", body: Array(body.utf8), outcome: &outcome, mayHop: false,
+                           attempts: attempts) {
         case .hop:
             outcome.result = .failure(.failed(httpStatus: nil, errorCode: nil, reason: "consumption information cannot move to another host"))
         case .failure(let failure):
@@ -224,8 +229,10 @@ public final class ServerAPIClient: Sendable {
     /// GET `path` of `endpoint` from the outcome's environment, attempt after attempt.
     private func fetch<Value>(
         _ endpoint: ServerAPIEndpoint, _ path: String, query: [(String, String)], method: String = "GET", body: [UInt8] = [],
-        outcome: inout Outcome<Value>, mayHop: Bool
+        outcome: inout Outcome<Value>, mayHop: Bool, attempts: Int? = nil
     ) async -> Fetched {
+        var policy = self.policy
+        if let attempts { policy.maximumAttempts = max(1, attempts) }
         let ended: AttemptsEnded<Fetched> = await policy.attempts(logger: logger, logPrefix: "appstore") { _ in
             outcome.attempts += 1
             let key = ServerAPIBudget.Key(endpoint, outcome.environment)

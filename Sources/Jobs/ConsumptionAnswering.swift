@@ -5,6 +5,7 @@ import Logging
 import Reconciliation
 import SignedData
 import Storage
+import Throttling
 
 /// Answers Apple's CONSUMPTION_REQUESTs (docs/consumption.md), in four steps:
 ///
@@ -117,7 +118,8 @@ public struct ConsumptionAnswering: Sendable {
     }
 
     /// Step 2: every stored V2 notification not examined yet, verified; each request recorded.
-    /// Then the requests left `unmatched` whose deadline is ahead, decided again. In a dry run
+    /// Then the requests left `unmatched`, or `no_consent` for want of a row, whose deadline is
+    /// ahead, decided again. In a dry run
     /// also the requests read from Apple's history and not stored here.
     private func examine(
         now: Date, dryRun: Bool, unstored: [String], summary: inout ConsumptionSummary, show: @Sendable (String) -> Void
@@ -154,14 +156,14 @@ public struct ConsumptionAnswering: Sendable {
             let (facts, decision) = try await judge(request, now: now, dryRun: true)
             report(request, facts, decision, dryRun: true, summary: &summary, show: show)
         }
-        for unmatched in try await store.unmatched(now: now) {
-            guard let request = try await request(of: unmatched.notification, summary: &summary) else { continue }
+        for undecided in try await store.undecided(now: now) {
+            guard let request = try await request(of: undecided.notification, summary: &summary) else { continue }
             let (facts, decision) = try await judge(request, now: now, dryRun: dryRun)
-            if case .skip(.unmatched, _) = decision { continue }
+            if decision.outcome == undecided.outcome { continue }
             if dryRun {
                 report(request, facts, decision, dryRun: true, summary: &summary, show: show)
             } else {
-                try await store.decideAgain(unmatched.id, facts: facts, decision: decision)
+                try await store.decideAgain(undecided.id, facts: facts, decision: decision)
                 summary.rematched += 1
                 report(request, facts, decision, dryRun: false, summary: &summary, show: show)
             }
@@ -268,54 +270,69 @@ public struct ConsumptionAnswering: Sendable {
         return VerifiedRequest(request: request, transaction: transaction, signedDate: payload.signedDate)
     }
 
+    /// Attempts one run makes for one answer (Apple's 5xx, timeouts, its 429): each decided
+    /// again and claimed anew, so that no attempt leaves past a withdrawal or the deadline.
+    static let attemptsPerRun = 5
+
     /// Step 4: each pending answer, oldest request first, within the endpoint's budget.
     private func sendPending(summary: inout ConsumptionSummary) async throws {
         guard let client else { return }
         for open in try await store.pending() {
-            guard Date() < open.deadline.addingTimeInterval(-policy.deadlineMargin) else {
-                let expired = try await store.expire(now: Date(), margin: policy.deadlineMargin)
-                if expired > 0 { summary.outcomes[.pastDeadline, default: 0] += expired }
-                continue
-            }
-            let claim = try await store.claimForSending(open.id, now: Date()) { [policy] request, facts in
-                ConsumptionDecision.decide(request, facts, policy: policy, now: Date())
-            }
-            let body: String
-            switch claim {
-            case .gone: continue
-            case .withheld(let decision, let others):
-                summary.count(decision, countPending: false)
-                if others > 0 { summary.outcomes[.noConsent, default: 0] += others }
-                logger.notice("consumption.withheld", metadata: [
-                    "consumption.transaction_id": "\(open.transactionId)", "consumption.outcome": "\(decision.outcome.rawValue)",
-                    "consumption.others_withheld": "\(others)",
+            var attempt = 0
+            attempts: while true {
+                guard Date() < open.deadline.addingTimeInterval(-policy.deadlineMargin) else {
+                    let expired = try await store.expire(now: Date(), margin: policy.deadlineMargin)
+                    if expired > 0 { summary.outcomes[.pastDeadline, default: 0] += expired }
+                    break attempts
+                }
+                let claim = try await store.claimForSending(open.id, now: Date()) { [policy] request, facts in
+                    ConsumptionDecision.decide(request, facts, policy: policy, now: Date())
+                }
+                let body: String
+                switch claim {
+                case .gone: break attempts
+                case .withheld(let decision):
+                    summary.count(decision, countPending: false)
+                    logger.notice("consumption.withheld", metadata: [
+                        "consumption.transaction_id": "\(open.transactionId)", "consumption.outcome": "\(decision.outcome.rawValue)",
+                    ])
+                    break attempts
+                case .send(let decided): body = decided
+                }
+                TestFault.dieIfPoison(consumptionAnswerOf: open.transactionId)
+                attempt += 1
+                let outcome = await client.sendConsumptionInformation(transactionId: open.transactionId, environment: open.environment, body: body)
+                let ended: ConsumptionOutcome
+                switch outcome.result {
+                case .success:
+                    ended = .sent
+                    try await store.finish(open.id, outcome: .sent, httpStatus: 202, errorCode: nil, detail: nil, now: Date())
+                case .failure(.failed(let status, let code, let reason)) where status.map({ (400...499).contains($0) }) ?? false:
+                    ended = .refused
+                    try await store.finish(open.id, outcome: .refused, httpStatus: status, errorCode: code, detail: reason, now: Date())
+                case .failure(.unauthorized(let reason)):
+                    try await store.retryLater(open.id, detail: reason)
+                    throw Unauthorized(description: reason)
+                case .failure(let failure):
+                    // Not taken (5xx, a timeout, a 429, Apple's stop): pending again; tried again,
+                    // decided anew, while this run's attempts and the deadline allow, else next run.
+                    try await store.retryLater(open.id, detail: NotificationHistoryFeed.describe(failure))
+                    if attempt < Self.attemptsPerRun {
+                        try? await Task.sleep(for: Self.backoff.delay(afterAttempt: attempt))
+                        continue attempts
+                    }
+                    ended = .pending
+                }
+                summary.outcomes[ended, default: 0] += 1
+                logger.notice("consumption.answer", metadata: [
+                    "consumption.transaction_id": "\(open.transactionId)", "consumption.account": "\(open.accountId ?? "")",
+                    "consumption.outcome": "\(ended.rawValue)", "consumption.attempts": "\(attempt)",
                 ])
-                continue
-            case .send(let decided): body = decided
+                break attempts
             }
-            TestFault.dieIfPoison(consumptionAnswerOf: open.transactionId)
-            let outcome = await client.sendConsumptionInformation(transactionId: open.transactionId, environment: open.environment, body: body)
-            let ended: ConsumptionOutcome
-            switch outcome.result {
-            case .success:
-                ended = .sent
-                try await store.finish(open.id, outcome: .sent, httpStatus: 202, errorCode: nil, detail: nil, now: Date())
-            case .failure(.failed(let status, let code, let reason)) where status.map({ (400...499).contains($0) }) ?? false:
-                ended = .refused
-                try await store.finish(open.id, outcome: .refused, httpStatus: status, errorCode: code, detail: reason, now: Date())
-            case .failure(.unauthorized(let reason)):
-                try await store.retryLater(open.id, detail: reason)
-                throw Unauthorized(description: reason)
-            case .failure(let failure):
-                // Not taken (5xx, a timeout, Apple's stop): tried again while the deadline allows.
-                ended = .pending
-                try await store.retryLater(open.id, detail: NotificationHistoryFeed.describe(failure))
-            }
-            summary.outcomes[ended, default: 0] += 1
-            logger.notice("consumption.answer", metadata: [
-                "consumption.transaction_id": "\(open.transactionId)", "consumption.account": "\(open.accountId ?? "")",
-                "consumption.outcome": "\(ended.rawValue)", "consumption.requests": "\(outcome.requests)",
-            ])
         }
     }
+
+    /// The pause between two attempts of one answer.
+    static let backoff = Backoff(base: .milliseconds(200), maximum: .seconds(5))
 }

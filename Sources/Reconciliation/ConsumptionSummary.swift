@@ -16,7 +16,7 @@ public struct ConsumptionSummary: Sendable, Equatable {
     public var outcomes: [ConsumptionOutcome: Int] = [:]
     /// Of the `no_consent` outcomes, why: several holders without every consent among them.
     public var missingConsent: [MissingConsent: Int] = [:]
-    /// Requests left `unmatched` by an earlier run that this one could decide.
+    /// Requests left `unmatched` or without consent by an earlier run that this one decided otherwise.
     public var rematched = 0
     /// The oldest request still waiting for its answer to leave, when the run ended.
     public var oldestOpenRequest: Date?
@@ -50,7 +50,7 @@ public struct ConsumptionSummary: Sendable, Equatable {
         lines.append("  outcomes: " + (counted.isEmpty ? "none" : counted.joined(separator: ", ")))
         let lacking = MissingConsent.allCases.compactMap { missing in missingConsent[missing].map { "\(missing.rawValue) \($0)" } }
         if !lacking.isEmpty { lines.append("  no consent, why: " + lacking.joined(separator: ", ")) }
-        if rematched > 0 { lines.append("  requests matched since an earlier run: \(rematched)") }
+        if rematched > 0 { lines.append("  requests decided anew since an earlier run (matched, or consent given): \(rematched)") }
         if let oldest = oldestOpenRequest {
             lines.append("  oldest unanswered request: \(Int(oldestOpenAge / 60)) min old (asked at \(Timestamp.format(oldest)))")
         } else {

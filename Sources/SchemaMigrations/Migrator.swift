@@ -16,15 +16,43 @@ public struct Migration: Sendable, Equatable {
         self.sql = sql
     }
 
+    /// The first line that marks a file applied statement by statement, outside a transaction:
+    /// `CREATE INDEX CONCURRENTLY` on a table the app server writes all day, which a transaction
+    /// would hold locked against its writes for the whole build.
+    public static let withoutTransactionMark = "-- migrate: without a transaction"
+
+    /// Applied statement by statement, each on its own (see `withoutTransactionMark`). Such a file
+    /// must be safe to apply again from its start: it is recorded only once every statement ran.
+    public var isWithoutTransaction: Bool { sql.hasPrefix(Self.withoutTransactionMark) }
+
+    /// Its statements, for a file applied without a transaction: each ends with `;` at the end of
+    /// a line; comment lines are dropped.
+    var statements: [String] {
+        var statements: [String] = []
+        var current: [Substring] = []
+        for line in sql.split(separator: "\n", omittingEmptySubsequences: false) {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            guard !trimmed.isEmpty, !trimmed.hasPrefix("--") else { continue }
+            current.append(line)
+            if trimmed.hasSuffix(";") {
+                statements.append(current.joined(separator: "\n"))
+                current = []
+            }
+        }
+        if !current.isEmpty { statements.append(current.joined(separator: "\n")) }
+        return statements
+    }
+
     /// The files of `Migrations/`, compiled in at build time.
     public static let bundled: [Migration] = embeddedMigrations.map {
         Migration(version: String($0.fileName.dropLast(".sql".count)), sql: $0.sql)
     }
 }
 
-/// Applies migrations once each, in order, each in its own transaction, recorded in
+/// Applies migrations once each, in order, each in its own transaction (but a file marked
+/// `Migration.withoutTransactionMark`, statement by statement), recorded in
 /// `iap.schema_migrations`. Safe to run twice and from several processes at once: an advisory
-/// lock makes the others wait, after which they find nothing left to do.
+/// lock makes the others wait (polling it), after which they find nothing left to do.
 public struct Migrator: Sendable {
     /// `pg_advisory_lock` key for migrations ("rr-migr").
     static let lockKey: Int64 = 0x7272_2D6D_6967_72
@@ -43,7 +71,11 @@ public struct Migrator: Sendable {
     /// Applies what is missing and returns the versions it applied (empty when up to date).
     @discardableResult
     public func migrate(_ connection: PostgresConnection) async throws -> [String] {
-        try await connection.execute("SELECT pg_advisory_lock(\(Self.lockKey))")
+        // Polled, not waited for in one statement: a statement waiting for the lock holds a
+        // snapshot, and the holder's CREATE INDEX CONCURRENTLY waits for every older snapshot to end.
+        while try await !connection.query("SELECT pg_try_advisory_lock(\(Self.lockKey)) AS taken")[0].decode("taken", as: Bool.self) {
+            try await Task.sleep(for: .milliseconds(100))
+        }
         do {
             let applied = try await applyMissing(connection)
             try await connection.execute("SELECT pg_advisory_unlock(\(Self.lockKey))")
@@ -80,6 +112,13 @@ public struct Migrator: Sendable {
                 continue
             }
             logger.info("migration.apply", metadata: ["migration.version": "\(migration.version)"])
+            if migration.isWithoutTransaction {
+                for statement in migration.statements { try await connection.executeScript(statement) }
+                try await connection.execute(
+                    "INSERT INTO iap.schema_migrations (version, checksum) VALUES (\(migration.version), \(migration.checksum))")
+                applied.append(migration.version)
+                continue
+            }
             try await connection.withTransaction { connection in
                 try await connection.executeScript(migration.sql)
                 try await connection.execute(

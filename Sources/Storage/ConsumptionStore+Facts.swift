@@ -45,13 +45,18 @@ extension ConsumptionStore {
         let row = try await connection.query("""
             SELECT u.consumption_percentage, u.delivery_status, (u.transaction_id IS NOT NULL) AS has_usage,
                    EXISTS (SELECT 1 FROM iap.transactions WHERE transaction_id = \(request.transactionId)) AS in_ledger,
-                   -- A free trial (verifyReceipt's is_trial_period, Apple's signed FREE_TRIAL) of the same
-                   -- product or group, begun before this purchase; a paid introductory offer is no sample.
+                   -- A free trial (verifyReceipt's is_trial_period, Apple's signed FREE_TRIAL) begun before
+                   -- this purchase, in its environment: in its own chain (one Apple ID's subscription in
+                   -- one group keeps its original transaction), or of the same product or group in the
+                   -- ledger of a holder Apple's word names, never on a stored receipt's say-so. A paid
+                   -- introductory offer is no sample.
                    EXISTS (SELECT 1 FROM iap.transactions t
-                           WHERE t.account_id = ANY(\(holders))
-                             AND (t.product_id = \(request.productId)
-                                  OR (\(request.subscriptionGroupIdentifier)::text IS NOT NULL
-                                      AND t.subscription_group_identifier = \(request.subscriptionGroupIdentifier)))
+                           WHERE (t.original_transaction_id = \(request.originalTransactionId ?? request.transactionId)
+                                  OR (t.account_id = ANY(\(named.filter(\.verified).map(\.account)))
+                                      AND (t.product_id = \(request.productId)
+                                           OR (\(request.subscriptionGroupIdentifier)::text IS NOT NULL
+                                               AND t.subscription_group_identifier = \(request.subscriptionGroupIdentifier)))))
+                             AND t.environment = \(request.environment.rawValue)
                              AND (t.is_trial_period IS TRUE OR t.offer_discount_type = 'FREE_TRIAL')
                              AND t.purchase_date < \(request.purchaseDate)) AS sample,
                    -- Apple took an answer for the transaction (to another request) within 12 hours.
@@ -73,19 +78,19 @@ extension ConsumptionStore {
 
     /// What `claimForSending` did with a pending answer.
     public enum Claim: Sendable, Equatable {
-        /// Marked `sending`, committed: send exactly this body now.
+        /// Marked `sending`, committed: send exactly this body now, once.
         case send(body: String)
-        /// Decided again, it is not sent: the decision, and how many of the same customers' other
-        /// pending answers were withheld with it.
-        case withheld(ConsumptionDecision, others: Int)
+        /// Decided again, it is not sent: the decision recorded.
+        case withheld(ConsumptionDecision)
         /// No longer pending (another process, or an earlier step, ended it).
         case gone
     }
 
     /// Decides a pending answer again on facts read in this transaction, holders' consent rows
     /// locked: a body to send is marked `sending` and committed before its request leaves, so what
-    /// leaves is what held at that moment. Consent lacking ends it `no_consent` with every other
-    /// pending answer of the accounts lacking it: nothing more is sent for them.
+    /// leaves is what held at that moment. Consent lacking ends it `no_consent`; every other
+    /// pending answer is decided again the same way when its turn comes, so nothing more leaves
+    /// for a customer who withdrew.
     public func claimForSending(_ id: Int64, now: Date, decide: @Sendable (ConsumptionRequest, ConsumptionFacts) -> ConsumptionDecision)
         async throws -> Claim
     {
@@ -108,7 +113,7 @@ extension ConsumptionStore {
             if case .send = decision, let body {
                 try await connection.execute("""
                     UPDATE iap.consumption_answers
-                    SET outcome = 'sending', body = \(body), detail = COALESCE(\(detail), detail), attempts = attempts + 1, answered_at = \(now),
+                    SET outcome = 'sending', body = \(body), detail = \(detail), attempts = attempts + 1, answered_at = \(now),
                         account_id = \(facts.accountId), holders = \(facts.holders.map(\.accountId))
                     WHERE id = \(id)
                     """)
@@ -120,16 +125,7 @@ extension ConsumptionStore {
                     account_id = \(facts.accountId), holders = \(facts.holders.map(\.accountId))
                 WHERE id = \(id)
                 """)
-            guard case .noConsent(let missing, _) = decision else { return .withheld(decision, others: 0) }
-            let lacking = facts.holders.filter { $0.consent?.consented != true }.map(\.accountId)
-            let others = try await connection.query("""
-                UPDATE iap.consumption_answers
-                SET outcome = 'no_consent', why = \(missing.rawValue), body = NULL, answered_at = \(now),
-                    detail = 'consent of ' || array_to_string(\(lacking)::text[], ', ') || ' lacking when another answer for them was about to leave: nothing more is sent'
-                WHERE outcome = 'pending' AND holders && \(lacking)::text[] AND id <> \(id)
-                RETURNING id
-                """).count
-            return .withheld(decision, others: others)
+            return .withheld(decision)
         }
     }
 }

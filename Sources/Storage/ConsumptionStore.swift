@@ -79,36 +79,41 @@ public struct ConsumptionStore: Sendable {
         }
     }
 
-    /// A request recorded `unmatched` whose 12 hours are not over, with its notification: no
-    /// account held it, or its transaction was not in the ledger, when it was last examined.
-    public struct Unmatched: Sendable {
+    /// A request recorded without an answer that a later run may still give, with its notification.
+    public struct Undecided: Sendable {
         public var id: Int64
+        public var outcome: ConsumptionOutcome
         public var notification: NotificationStore.Pending
     }
 
-    /// The requests recorded `unmatched` by an earlier run whose deadline is still ahead, oldest
-    /// first: examined again every run, since the ledger may have learned the transaction since.
-    public func unmatched(now: Date) async throws -> [Unmatched] {
+    /// The requests an earlier run recorded `unmatched` (no holder, or not in the ledger), or
+    /// `no_consent` for want of a consent row or of every holder's (never for `consented` false,
+    /// and never once an answer was about to leave: a withdrawal is final), whose deadline is still
+    /// ahead, oldest first: examined again every run, since the ledger or the consent may have come.
+    public func undecided(now: Date) async throws -> [Undecided] {
         try await connection.query("""
-            SELECT a.id, n.id AS notification_id, n.received_at, n.body::text AS body
+            SELECT a.id, a.outcome, n.id AS notification_id, n.received_at, n.body::text AS body
             FROM iap.consumption_answers a JOIN iap.notifications n ON n.id = a.notification_id
-            WHERE a.outcome = 'unmatched' AND a.deadline > \(now) AND a.recorded_at < \(now)
+            WHERE (a.outcome = 'unmatched' OR (a.outcome = 'no_consent' AND a.why IN ('no_consent_row', 'ambiguous_holder')))
+              AND a.answered_at IS NULL AND a.deadline > \(now) AND a.recorded_at < \(now)
             ORDER BY a.requested_at, a.id
             """).map { row in
-            Unmatched(id: try row.decode("id"), notification: NotificationStore.Pending(
-                id: try row.decode("notification_id"), receivedAt: try row.decode("received_at"), body: try row.decode("body")))
+            Undecided(
+                id: try row.decode("id"), outcome: ConsumptionOutcome(rawValue: try row.decode("outcome")) ?? .unmatched,
+                notification: NotificationStore.Pending(
+                    id: try row.decode("notification_id"), receivedAt: try row.decode("received_at"), body: try row.decode("body")))
         }
     }
 
-    /// A request recorded `unmatched`, decided again: its new outcome, holders and body. Nothing
-    /// when it is no longer `unmatched`.
+    /// An undecided request, decided again: its new outcome, holders and body. Nothing when an
+    /// answer to it was given or withheld meanwhile.
     public func decideAgain(_ id: Int64, facts: ConsumptionFacts, decision: ConsumptionDecision) async throws {
         let (body, detail, why) = Self.columns(decision)
         try await connection.execute("""
             UPDATE iap.consumption_answers
             SET outcome = \(decision.outcome.rawValue), why = \(why), body = \(body), detail = \(detail),
                 account_id = \(facts.accountId), holders = \(facts.holders.map(\.accountId))
-            WHERE id = \(id) AND outcome = 'unmatched'
+            WHERE id = \(id) AND outcome IN ('unmatched', 'no_consent') AND answered_at IS NULL
             """)
     }
 

@@ -60,6 +60,38 @@ import TestSupport
         try await database.drop()
     }
 
+    /// A file marked to run without a transaction (`CREATE INDEX CONCURRENTLY`) runs statement by
+    /// statement; stopped halfway, it is not recorded, and applied again from its start it ends
+    /// with every index built and valid.
+    @Test func aMigrationWithoutATransactionIsAppliedAgainFromItsStart() async throws {
+        let database = try await TestDatabase.create("migrateconcurrently")
+        let connection = try await database.connect()
+        try await Migrator(logger: .quiet).migrate(connection)
+        let sql = """
+            \(Migration.withoutTransactionMark)
+            -- two indexes
+            DROP INDEX CONCURRENTLY IF EXISTS iap.test_a_idx;
+            CREATE INDEX CONCURRENTLY test_a_idx ON iap.app_receipts (created_at);
+            DROP INDEX CONCURRENTLY IF EXISTS iap.test_b_idx;
+            CREATE INDEX CONCURRENTLY test_b_idx ON iap.app_receipts (updated_at, id);
+            """
+        // The second build fails (a column that is not there): the first index stands, nothing recorded.
+        let broken = Migration(version: "9999_indexes", sql: sql.replacingOccurrences(of: "(updated_at, id)", with: "(no_such_column)"))
+        await #expect(throws: PostgresError.self) { try await Migrator(migrations: Migration.bundled + [broken], logger: .quiet).migrate(connection) }
+        #expect(try await connection.query("SELECT 1 FROM iap.schema_migrations WHERE version = '9999_indexes'").isEmpty)
+        // Applied again (the file fixed, as an operator would): every index built and valid, recorded once.
+        let fixed = Migration(version: "9999_indexes", sql: sql)
+        #expect(try await Migrator(migrations: Migration.bundled + [fixed], logger: .quiet).migrate(connection) == ["9999_indexes"])
+        let valid = try await connection.query("""
+            SELECT count(*) AS n FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            WHERE c.relname IN ('test_a_idx', 'test_b_idx') AND i.indisvalid
+            """)
+        #expect(try valid[0].decode("n", as: Int.self) == 2)
+        #expect(try await Migrator(migrations: Migration.bundled + [fixed], logger: .quiet).migrate(connection).isEmpty)
+        await connection.close()
+        try await database.drop()
+    }
+
     /// Every table and column of docs/database.md, with its type and nullability.
     static let contract: [String: [(column: String, type: String, nullable: Bool)]] = [
         "app_receipts": [
