@@ -37,6 +37,8 @@ import TestSupport
             #expect(first.status == 0, "\(first.stderr.suffix(800))")
             #expect(try await Answers.outcomes(world) == ["first": "pending", "second": "pending"])
             #expect(try await Answers.received(world).map(\.status) == Array(repeating: 500, count: 10))
+            // Each attempt was claimed, decided again, on its own: none left on an earlier reading of consent.
+            #expect(try await world.count("SELECT sum(attempts) FROM iap.consumption_answers") == 10)
 
             try await world.connection.execute("UPDATE iap.consumption_consent SET consented = false WHERE account_id = 'gamer'")
             let second = try await Answers.answer(world)
@@ -152,6 +154,29 @@ import TestSupport
             #expect(try await Answers.outcomes(world) == ["early": "sent"])
             #expect(second.stdout.contains("requests decided anew since an earlier run (matched, or consent given): 1"), "\(second.stdout)")
             #expect(try await Answers.received(world).map(\.transaction) == ["77"])
+        }
+    }
+
+    /// No consent row when the request came: `no_consent`, but not for good. The app asks the
+    /// customer, writes the row, and the next run answers within the 12 hours. A `consented =
+    /// false` found then would have been final.
+    @Test func aConsentGivenAfterTheRequestIsStillAnswered() async throws {
+        try await RunWorld.with("consumption-consent-later") { world in
+            try await Answers.ledger(world, "gamer", "91")
+            try await Answers.ledger(world, "refuser", "92")
+            try await Answers.consent(world, "refuser", false)
+            _ = try await V2Notifications.ingest(world, [
+                try Answers.request(Answers.transaction("91"), uuid: "asked-first"),
+                try Answers.request(Answers.transaction("92"), uuid: "declined"),
+            ])
+            #expect(try await Answers.answer(world).status == 0)
+            #expect(try await Answers.outcomes(world) == ["asked-first": "no_consent", "declined": "no_consent"])
+            try await Answers.consent(world, "gamer", true)
+            try await world.connection.execute("UPDATE iap.consumption_consent SET consented = true WHERE account_id = 'refuser'")
+            let next = try await Answers.answer(world)
+            #expect(next.status == 0, "\(next.stderr.suffix(800))")
+            #expect(try await Answers.outcomes(world) == ["asked-first": "sent", "declined": "no_consent"])
+            #expect(try await Answers.received(world).map(\.transaction) == ["91"])
         }
     }
 
