@@ -71,11 +71,7 @@ import TestSupport
 
     /// What the simulated Send Consumption Information received, in order.
     static func received(_ world: RunWorld) async throws -> [(transaction: String, body: String, status: Int)] {
-        let client = HTTPClient()
-        defer { client.shutdown() }
-        let response = try await client.execute(HTTPRequest(url: "http://127.0.0.1:\(world.simulator.port)/__consumption", method: "GET"))
-        let entries = try JSONSerialization.jsonObject(with: Data(response.body)) as? [[String: Any]] ?? []
-        return entries.map { ($0["transaction_id"] as? String ?? "", $0["body"] as? String ?? "", $0["status"] as? Int ?? 0) }
+        try await V2Notifications.consumptionReceived(world)
     }
 
     static func outcomes(_ world: RunWorld) async throws -> [String: String] {

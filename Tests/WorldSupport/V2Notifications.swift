@@ -2,6 +2,7 @@ import AppStore
 import AppStoreModels
 import AppleSimulator
 import Foundation
+import HTTP
 import Jobs
 import Logging
 import Postgres
@@ -63,6 +64,15 @@ enum V2Notifications {
             VALUES ('91', 'gamer', '91', 'coins.100', now() - interval '3 days', 1, 'Production',
                     CASE WHEN \(cancelled) THEN now() - interval '1 day' END, CASE WHEN \(cancelled) THEN 1 END)
             """)
+    }
+
+    /// What the simulated Send Consumption Information received, in order (`GET /__consumption`).
+    static func consumptionReceived(_ world: RunWorld) async throws -> [(transaction: String, body: String, status: Int)] {
+        let client = HTTPClient()
+        defer { client.shutdown() }
+        let response = try await client.execute(HTTPRequest(url: "http://127.0.0.1:\(world.simulator.port)/__consumption", method: "GET"))
+        let entries = try JSONSerialization.jsonObject(with: Data(response.body)) as? [[String: Any]] ?? []
+        return entries.map { ($0["transaction_id"] as? String ?? "", $0["body"] as? String ?? "", $0["status"] as? Int ?? 0) }
     }
 
     static func ingest(_ world: RunWorld, _ bodies: [String]) async throws -> Int {
