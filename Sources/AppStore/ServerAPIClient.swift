@@ -53,6 +53,8 @@ public final class ServerAPIClient: Sendable {
         public var endpoints: [AppleEnvironment] = []
         /// Where the data was found (after a 4040010 hop, the other environment).
         public var environment: AppleEnvironment
+        /// Apple answered 429 to one of its attempts.
+        public var throttled = false
     }
 
     /// Apple's error codes worth another try.
@@ -185,15 +187,16 @@ public final class ServerAPIClient: Sendable {
     /// the host of the request's environment: success is Apple's 202. 5xx and timeouts are tried
     /// again within the attempts; a 4xx is final (`.failed`, with Apple's `errorCode`). `body` is
     /// `ConsumptionInformation.json` as recorded before sending: what leaves is what was recorded.
-    /// `attempts`: one by default. The answer is decided again, consent read again, before each
-    /// attempt (`ConsumptionAnswering`): a retry here would send a body past a withdrawal.
-    public func sendConsumptionInformation(transactionId: String, environment: AppleEnvironment, body: String, attempts: Int = 1) async
+    /// One attempt, which leaves by `leaveBy` or not at all (`notSent`): the answer was decided,
+    /// consent read, just before (`ConsumptionAnswering`), and a wait here for the gateway, the
+    /// budget or a 429's pause must not carry that decision past a withdrawal or the deadline.
+    public func sendConsumptionInformation(transactionId: String, environment: AppleEnvironment, body: String, leaveBy: Date) async
         -> Outcome<Void>
     {
         var outcome = Outcome<Void>(result: .success(()), environment: environment)
         let path = "/inApps/v2/transactions/consumption/" + Self.pathComponent(transactionId)
         switch await fetch(.consumption, path, query: [], method: "PUT", body: Array(body.utf8), outcome: &outcome, mayHop: false,
-                           attempts: attempts) {
+                           attempts: 1, leaveBy: leaveBy) {
         case .hop:
             outcome.result = .failure(.failed(httpStatus: nil, errorCode: nil, reason: "consumption information cannot move to another host"))
         case .failure(let failure):
@@ -202,6 +205,11 @@ public final class ServerAPIClient: Sendable {
             outcome.result = .success(())
         }
         return outcome
+    }
+
+    /// Whether a 429 holds this endpoint now (its pause, which every request waits out).
+    public func isPaused(_ endpoint: ServerAPIEndpoint, environment: AppleEnvironment) -> Bool {
+        budget?.isPaused(ServerAPIBudget.Key(endpoint, environment)) ?? false
     }
 
     // MARK: One request, with its retries
@@ -229,7 +237,7 @@ public final class ServerAPIClient: Sendable {
     /// GET `path` of `endpoint` from the outcome's environment, attempt after attempt.
     private func fetch<Value>(
         _ endpoint: ServerAPIEndpoint, _ path: String, query: [(String, String)], method: String = "GET", body: [UInt8] = [],
-        outcome: inout Outcome<Value>, mayHop: Bool, attempts: Int? = nil
+        outcome: inout Outcome<Value>, mayHop: Bool, attempts: Int? = nil, leaveBy: Date? = nil
     ) async -> Fetched {
         var policy = self.policy
         if let attempts { policy.maximumAttempts = max(1, attempts) }
@@ -240,12 +248,17 @@ public final class ServerAPIClient: Sendable {
             repeat {
                 await gateway.waitForTurn()
                 await budget?.acquire(key)
-                verdict = await exchange(path, query: query, method: method, body: body, key: key, outcome: &outcome, mayHop: mayHop)
+                if let leaveBy, Date() > leaveBy {
+                    return .done(.failure(.notSent(reason: "not sent: the wait for Apple's endpoint outlasted the answer's decision")))
+                }
+                verdict = await exchange(path, query: query, method: method, body: body, key: key, outcome: &outcome, mayHop: mayHop,
+                                         leaveBy: leaveBy)
             } while verdict == .paused && !Task.isCancelled  // a cancelled wait returns at once: no spinning
             switch verdict {
             case .paused:
                 return .done(.failure(.deferred(reason: "cancelled")))
             case .throttled(let why, let retryAfter):
+                outcome.throttled = true
                 // The app's quota, not this request: every task waits for the endpoint (paused in
                 // `exchange` already), then this one tries again. Not a transient failure for the
                 // storm gate, which would stop verifyReceipt too.
@@ -277,7 +290,7 @@ public final class ServerAPIClient: Sendable {
 
     private func exchange<Value>(
         _ path: String, query: [(String, String)], method: String, body: [UInt8], key: ServerAPIBudget.Key, outcome: inout Outcome<Value>,
-        mayHop: Bool
+        mayHop: Bool, leaveBy: Date? = nil
     ) async -> Verdict {
         let authorization: String
         do {
@@ -295,7 +308,8 @@ public final class ServerAPIClient: Sendable {
         do {
             // A 429 that came back while this request waited for its permit holds it too; and this
             // answer's 429 or 401 takes effect before its permit goes to a request waiting for it.
-            classified = try await gateway.send(request, mayLeave: { budget?.isPaused(key) != true }) { response in
+            classified = try await gateway.send(request, mayLeave: { budget?.isPaused(key) != true && leaveBy.map { Date() <= $0 } ?? true }) {
+                response in
                 let verdict = Self.classify(response, environment: outcome.environment, mayHop: mayHop)
                 switch verdict {
                 case .final(.unauthorized(let why)): gateway.appleStop.stop(because: why)

@@ -68,11 +68,7 @@ public struct ConsumptionAnswering: Sendable {
         if dryRun {
             try await showPending(now: now, show: show)
         } else {
-            let expired = try await store.expire(now: now, margin: policy.deadlineMargin)
-            if expired > 0 {
-                logger.warning("consumption.past_deadline", metadata: ["consumption.count": "\(expired)"])
-                summary.outcomes[.pastDeadline, default: 0] += expired
-            }
+            try await expire(summary: &summary, countedPending: [])
             try await sendPending(summary: &summary)
         }
         summary.oldestOpenRequest = try await store.oldestOpenRequest(now: now)
@@ -159,12 +155,13 @@ public struct ConsumptionAnswering: Sendable {
         for undecided in try await store.undecided(now: now) {
             guard let request = try await request(of: undecided.notification, summary: &summary) else { continue }
             let (facts, decision) = try await judge(request, now: now, dryRun: dryRun)
-            if decision.outcome == undecided.outcome { continue }
+            // The same want as before changes nothing, unless a holder now said no: then it is final.
+            if decision.outcome == undecided.outcome && decision.missingConsent == undecided.why && !facts.anyDeclined { continue }
             if dryRun {
                 report(request, facts, decision, dryRun: true, summary: &summary, show: show)
             } else {
                 try await store.decideAgain(undecided.id, facts: facts, decision: decision)
-                summary.rematched += 1
+                if case .send = decision { summary.rematched += 1 }
                 report(request, facts, decision, dryRun: false, summary: &summary, show: show)
             }
         }
@@ -270,20 +267,38 @@ public struct ConsumptionAnswering: Sendable {
         return VerifiedRequest(request: request, transaction: transaction, signedDate: payload.signedDate)
     }
 
-    /// Attempts one run makes for one answer (Apple's 5xx, timeouts, its 429): each decided
-    /// again and claimed anew, so that no attempt leaves past a withdrawal or the deadline.
+    /// Attempts one run makes for one answer (Apple's 5xx, timeouts, a 429 it paused for): each
+    /// decided again and claimed anew, so that no attempt leaves past a withdrawal or the deadline.
     static let attemptsPerRun = 5
+    /// How long a claimed answer may wait for Apple's endpoint before it leaves; past it, it is not
+    /// sent and is decided again (consent read again) before it is tried again.
+    static let leaveWithin: TimeInterval = 5
+    /// The pause between two attempts of one answer.
+    static let backoff = Backoff(base: .milliseconds(200), maximum: .seconds(5))
+
+    /// Steps 3 and 4's end: pending answers whose deadline passed end `past_deadline` or `failed`,
+    /// each counted once by what it became (`countedPending`: counted `pending` by this run already).
+    private func expire(summary: inout ConsumptionSummary, countedPending: Set<Int64>) async throws {
+        let expired = try await store.expire(now: Date(), margin: policy.deadlineMargin)
+        guard !expired.isEmpty else { return }
+        logger.warning("consumption.past_deadline", metadata: ["consumption.count": "\(expired.count)"])
+        for (id, outcome) in expired {
+            if countedPending.contains(id) { summary.outcomes[.pending, default: 0] -= 1 }
+            summary.outcomes[outcome, default: 0] += 1
+        }
+    }
 
     /// Step 4: each pending answer, oldest request first, within the endpoint's budget.
     private func sendPending(summary: inout ConsumptionSummary) async throws {
         guard let client else { return }
-        for open in try await store.pending() {
+        var countedPending: Set<Int64> = []
+        answers: for open in try await store.pending() {
+            let lastMoment = open.deadline.addingTimeInterval(-policy.deadlineMargin)
             var attempt = 0
-            attempts: while true {
-                guard Date() < open.deadline.addingTimeInterval(-policy.deadlineMargin) else {
-                    let expired = try await store.expire(now: Date(), margin: policy.deadlineMargin)
-                    if expired > 0 { summary.outcomes[.pastDeadline, default: 0] += expired }
-                    break attempts
+            attempts: while Date() < lastMoment {
+                // A 429's pause is waited out before the answer is decided, never after.
+                while client.isPaused(.consumption, environment: open.environment), Date() < lastMoment {
+                    try? await Task.sleep(for: .milliseconds(100))
                 }
                 let claim = try await store.claimForSending(open.id, now: Date()) { [policy] request, facts in
                     ConsumptionDecision.decide(request, facts, policy: policy, now: Date())
@@ -301,7 +316,9 @@ public struct ConsumptionAnswering: Sendable {
                 }
                 TestFault.dieIfPoison(consumptionAnswerOf: open.transactionId)
                 attempt += 1
-                let outcome = await client.sendConsumptionInformation(transactionId: open.transactionId, environment: open.environment, body: body)
+                let leaveBy = min(Date().addingTimeInterval(Self.leaveWithin), lastMoment)
+                let outcome = await client.sendConsumptionInformation(
+                    transactionId: open.transactionId, environment: open.environment, body: body, leaveBy: leaveBy)
                 let ended: ConsumptionOutcome
                 switch outcome.result {
                 case .success:
@@ -314,14 +331,25 @@ public struct ConsumptionAnswering: Sendable {
                     try await store.retryLater(open.id, detail: reason)
                     throw Unauthorized(description: reason)
                 case .failure(let failure):
-                    // Not taken (5xx, a timeout, a 429, Apple's stop): pending again; tried again,
-                    // decided anew, while this run's attempts and the deadline allow, else next run.
+                    // Not taken (5xx, a timeout, a 429, Apple's stop, a wait too long): pending again;
+                    // tried again, decided anew, while this run's attempts and the deadline allow.
                     try await store.retryLater(open.id, detail: NotificationHistoryFeed.describe(failure))
+                    if outcome.throttled && !client.isPaused(.consumption, environment: open.environment) {
+                        // A 429 this run cannot wait out (no Retry-After, or a longer one): the
+                        // quota is the app server's too, so every answer waits for the next run.
+                        let why = "Apple answered 429 without a pause this run waits out: the answers left wait for the next run"
+                        summary.warnings.append(why)
+                        summary.outcomes[.pending, default: 0] += 1
+                        countedPending.insert(open.id)
+                        logger.warning("consumption.throttled", metadata: ["consumption.reason": "\(why)"])
+                        break answers
+                    }
                     if attempt < Self.attemptsPerRun {
                         try? await Task.sleep(for: Self.backoff.delay(afterAttempt: attempt))
                         continue attempts
                     }
                     ended = .pending
+                    countedPending.insert(open.id)
                 }
                 summary.outcomes[ended, default: 0] += 1
                 logger.notice("consumption.answer", metadata: [
@@ -331,8 +359,6 @@ public struct ConsumptionAnswering: Sendable {
                 break attempts
             }
         }
+        try await expire(summary: &summary, countedPending: countedPending)
     }
-
-    /// The pause between two attempts of one answer.
-    static let backoff = Backoff(base: .milliseconds(200), maximum: .seconds(5))
 }

@@ -145,6 +145,10 @@ public struct ConsumptionFacts: Sendable, Equatable {
 
     /// The account the answer is recorded under: the first holder.
     public var accountId: String? { holders.first?.accountId }
+
+    /// A holder said no (`consented` false): an answer withheld for it is withheld for good, alone
+    /// or among several holders; only a missing row is waited for.
+    public var anyDeclined: Bool { holders.contains { $0.consent?.consented == false } }
 }
 
 /// Why nothing is sent for want of consent (`why` in `iap.consumption_answers`).
@@ -187,6 +191,11 @@ public enum ConsumptionDecision: Sendable, Equatable {
     case skip(ConsumptionOutcome, detail: String)
     /// Send nothing, for want of consent: which want, and why.
     case noConsent(MissingConsent, detail: String)
+
+    /// For `no_consent`: why, as recorded.
+    public var missingConsent: MissingConsent? {
+        if case .noConsent(let missing, _) = self { missing } else { nil }
+    }
 
     /// The outcome recorded: `pending` for a body to send.
     public var outcome: ConsumptionOutcome {

@@ -57,17 +57,24 @@ public struct ConsumptionStore: Sendable {
             let id: Int64? = try await connection.query("""
                 INSERT INTO iap.consumption_answers (notification_id, notification_uuid, transaction_id, original_transaction_id, product_id,
                     product_type, subscription_group_identifier, purchase_date, account_id, holders, environment, reason, requested_at,
-                    deadline, outcome, why, body, detail, recorded_at)
+                    deadline, outcome, why, body, detail, recorded_at, answered_at)
                 VALUES (\(notificationId), \(request.notificationUUID), \(request.transactionId), \(request.originalTransactionId),
                         \(request.productId), \(request.productType?.rawValue), \(request.subscriptionGroupIdentifier), \(request.purchaseDate),
                         \(facts.accountId), \(facts.holders.map(\.accountId)), \(request.environment.rawValue), \(request.reason),
-                        \(request.requestedAt), \(request.deadline), \(decision.outcome.rawValue), \(why), \(body), \(detail), \(now))
+                        \(request.requestedAt), \(request.deadline), \(decision.outcome.rawValue), \(why), \(body), \(detail), \(now),
+                        \(Self.isFinal(decision, facts) ? now : nil))
                 ON CONFLICT (notification_uuid) DO NOTHING
                 RETURNING id
                 """).first.map { try $0.decode("id") }
             try await connection.execute("UPDATE iap.notifications SET consumption_examined_at = \(now) WHERE id = \(notificationId)")
             return id
         }
+    }
+
+    /// A want of consent that is final when found: a holder said no. `answered_at` is set on it
+    /// (as on any answer withheld when it was about to leave): no run examines it again.
+    static func isFinal(_ decision: ConsumptionDecision, _ facts: ConsumptionFacts) -> Bool {
+        decision.missingConsent != nil && facts.anyDeclined
     }
 
     /// The body, detail and `why` a decision is recorded with.
@@ -83,16 +90,17 @@ public struct ConsumptionStore: Sendable {
     public struct Undecided: Sendable {
         public var id: Int64
         public var outcome: ConsumptionOutcome
+        public var why: MissingConsent?
         public var notification: NotificationStore.Pending
     }
 
     /// The requests an earlier run recorded `unmatched` (no holder, or not in the ledger), or
-    /// `no_consent` for want of a consent row or of every holder's (never for `consented` false,
-    /// and never once an answer was about to leave: a withdrawal is final), whose deadline is still
+    /// `no_consent` for want of a consent row (never once a holder said no, and never once an
+    /// answer was about to leave: both set `answered_at`, final), whose deadline is still
     /// ahead, oldest first: examined again every run, since the ledger or the consent may have come.
     public func undecided(now: Date) async throws -> [Undecided] {
         try await connection.query("""
-            SELECT a.id, a.outcome, n.id AS notification_id, n.received_at, n.body::text AS body
+            SELECT a.id, a.outcome, a.why, n.id AS notification_id, n.received_at, n.body::text AS body
             FROM iap.consumption_answers a JOIN iap.notifications n ON n.id = a.notification_id
             WHERE (a.outcome = 'unmatched' OR (a.outcome = 'no_consent' AND a.why IN ('no_consent_row', 'ambiguous_holder')))
               AND a.answered_at IS NULL AND a.deadline > \(now) AND a.recorded_at < \(now)
@@ -100,6 +108,7 @@ public struct ConsumptionStore: Sendable {
             """).map { row in
             Undecided(
                 id: try row.decode("id"), outcome: ConsumptionOutcome(rawValue: try row.decode("outcome")) ?? .unmatched,
+                why: try row.decode("why", as: String?.self).flatMap(MissingConsent.init(rawValue:)),
                 notification: NotificationStore.Pending(
                     id: try row.decode("notification_id"), receivedAt: try row.decode("received_at"), body: try row.decode("body")))
         }
@@ -112,7 +121,8 @@ public struct ConsumptionStore: Sendable {
         try await connection.execute("""
             UPDATE iap.consumption_answers
             SET outcome = \(decision.outcome.rawValue), why = \(why), body = \(body), detail = \(detail),
-                account_id = \(facts.accountId), holders = \(facts.holders.map(\.accountId))
+                account_id = \(facts.accountId), holders = \(facts.holders.map(\.accountId)),
+                answered_at = \(Self.isFinal(decision, facts) ? Date() : nil)
             WHERE id = \(id) AND outcome IN ('unmatched', 'no_consent') AND answered_at IS NULL
             """)
     }
@@ -171,16 +181,16 @@ public struct ConsumptionStore: Sendable {
     }
 
     /// Pending answers whose deadline (less `margin`) passed: `past_deadline` when never tried,
-    /// `failed` when transient errors lasted until then. Returns how many.
-    public func expire(now: Date, margin: TimeInterval) async throws -> Int {
+    /// `failed` when transient errors lasted until then. Returns each, with its outcome.
+    public func expire(now: Date, margin: TimeInterval) async throws -> [(id: Int64, outcome: ConsumptionOutcome)] {
         try await connection.query("""
             UPDATE iap.consumption_answers
             SET outcome = CASE WHEN attempts = 0 THEN 'past_deadline' ELSE 'failed' END,
                 detail = CASE WHEN attempts = 0 THEN 'its 12 hours ended before it could be sent'
                               ELSE COALESCE(detail || '; ', '') || 'its 12 hours ended before Apple took it' END
             WHERE outcome = 'pending' AND deadline - make_interval(secs => \(margin)) <= \(now)
-            RETURNING id
-            """).count
+            RETURNING id, outcome
+            """).map { (try $0.decode("id"), ConsumptionOutcome(rawValue: try $0.decode("outcome")) ?? .failed) }
     }
 
     /// The requests Apple asked since `since`, by their answers' outcome.

@@ -180,6 +180,49 @@ import TestSupport
         }
     }
 
+    /// A "no" is final however it is found: a missing row that became `consented = false` by the
+    /// next run, or one holder's no among several. A later yes sends nothing for these requests.
+    @Test func aNoIsFinalWhenItIsFound() async throws {
+        try await RunWorld.with("consumption-no-final") { world in
+            try await Answers.ledger(world, "gamer", "91")
+            try await Answers.ledger(world, "alice", "92")
+            try await Answers.consent(world, "alice", true)
+            let receipt = try await world.addReceipt("bob", "stored-blob")
+            try await world.connection.execute("UPDATE iap.app_receipts SET receipt_original_transaction_ids = '{92}' WHERE id = \(receipt)")
+            try await Answers.consent(world, "bob", false)
+            _ = try await V2Notifications.ingest(world, [
+                try Answers.request(Answers.transaction("91"), uuid: "no-row-then-no"),
+                try Answers.request(Answers.transaction("92"), uuid: "one-holder-said-no"),
+            ])
+            #expect(try await Answers.answer(world).status == 0)
+            try await Answers.consent(world, "gamer", false)
+            #expect(try await Answers.answer(world).status == 0)
+            #expect(try await Self.answerRow(world, "no-row-then-no").why == "consented_false")
+            try await world.connection.execute("UPDATE iap.consumption_consent SET consented = true")
+            #expect(try await Answers.answer(world).status == 0)
+            #expect(try await Answers.outcomes(world) == ["no-row-then-no": "no_consent", "one-holder-said-no": "no_consent"])
+            #expect(try await Answers.received(world).isEmpty)
+        }
+    }
+
+    /// Apple's 429 pauses the endpoint; the customer withdraws during the pause. The pause is
+    /// waited out before the answer is decided again, so nothing leaves on the consent read before.
+    @Test func aWithdrawalDuringA429PauseSendsNothing() async throws {
+        let faults: [[String: Any]] = [["http": 429, "retry_after_ms": 4000]]
+        try await RunWorld.with("consumption-429-withdrawn", scenario: ["api": ["consumption": ["faults": ["91": faults]]]]) { world in
+            try await Answers.ledger(world, "gamer", "91")
+            try await Answers.consent(world, "gamer", true)
+            _ = try await V2Notifications.ingest(world, [try Answers.request(Answers.transaction("91"), uuid: "paused")])
+            async let run = Answers.answer(world)
+            try await Task.sleep(for: .seconds(2))
+            try await world.connection.execute("UPDATE iap.consumption_consent SET consented = false WHERE account_id = 'gamer'")
+            let result = try await run
+            #expect(result.status == 0, "\(result.stderr.suffix(800))")
+            #expect(try await Answers.received(world).map(\.status) == [429])
+            #expect(try await Self.answerRow(world, "paused").why == "consented_false")
+        }
+    }
+
     /// A second request for a transaction whose first answer is only queued is not
     /// `answered_already`: that answer may still fail. Here it does (a 500 on every attempt), the
     /// second is sent, and only then is the first `answered_already`.
