@@ -29,6 +29,8 @@ public struct ConsumptionAnswering: Sendable {
     public var policy: ConsumptionPolicy
     /// Stored notifications older than this are not examined: their 12 hours are long over.
     public var lookBack: TimeInterval
+    /// The pause between two attempts of one answer.
+    public var backoff = ConsumptionAnswering.defaultBackoff
     public var logger: Logger
 
     /// Read from Get Notification History: a little more than the 12 hours a request waits.
@@ -273,8 +275,8 @@ public struct ConsumptionAnswering: Sendable {
     /// How long a claimed answer may wait for Apple's endpoint before it leaves; past it, it is not
     /// sent and is decided again (consent read again) before it is tried again.
     static let leaveWithin: TimeInterval = 5
-    /// The pause between two attempts of one answer.
-    static let backoff = Backoff(base: .milliseconds(200), maximum: .seconds(5))
+    /// The pause between two attempts of one answer, by default.
+    public static let defaultBackoff = Backoff(base: .milliseconds(200), maximum: .seconds(5))
 
     /// Steps 3 and 4's end: pending answers whose deadline passed end `past_deadline` or `failed`,
     /// each counted once by what it became (`countedPending`: counted `pending` by this run already).
@@ -345,7 +347,7 @@ public struct ConsumptionAnswering: Sendable {
                         break answers
                     }
                     if attempt < Self.attemptsPerRun {
-                        try? await Task.sleep(for: Self.backoff.delay(afterAttempt: attempt))
+                        try? await Task.sleep(for: backoff.delay(afterAttempt: attempt))
                         continue attempts
                     }
                     ended = .pending

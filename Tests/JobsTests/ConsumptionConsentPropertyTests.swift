@@ -11,6 +11,7 @@ import SignedData
 import Storage
 import Testing
 import TestSupport
+import Throttling
 @testable import WorldSupport
 
 /// Answers to CONSUMPTION_REQUEST as a property (docs/consumption.md, "Consent is the app's to
@@ -66,10 +67,12 @@ import TestSupport
             for index in 0..<6 {
                 let original = "o\(world)-\(index)"
                 let renewal = pick(3) == 0
-                let holders = Array(Self.accounts.shuffled(using: &generator).prefix(pick(4)))
+                // The first purchase of each world is held and fails a whole pass: its answer waits.
+                let holders = Array(Self.accounts.shuffled(using: &generator).prefix(index == 0 ? 1 + pick(3) : pick(4)))
                 purchases.append(Purchase(
                     original: original, transaction: renewal ? original + "-r" : original, holders: holders,
-                    inLedger: !renewal && pick(4) != 0, declared: pick(3) == 0 ? Self.statuses[pick(3)] : nil, failures: pick(2) == 0 ? 5 + pick(4) : pick(2)))
+                    inLedger: !renewal && pick(4) != 0, declared: pick(3) == 0 ? Self.statuses[pick(3)] : nil,
+                    failures: index == 0 || pick(2) == 0 ? 5 + pick(4) : pick(2)))
             }
             var faults: [String: Any] = [:]
             for purchase in purchases where purchase.failures > 0 {
@@ -108,20 +111,25 @@ import TestSupport
                 var seen = 0
                 var waiting: [String] = []  // transactions whose answer Apple has not taken yet
                 for pass in 0..<3 {
-                    // Consent as it stands for this pass: no row, true or false, a preference or none;
-                    // mostly given at first, so that answers wait (Apple's 500s) and meet a withdrawal.
+                    // Consent as it stands for this pass: no row, true or false, a preference or none.
+                    // Given by all at first, so that answers wait (Apple's 500s); then a holder of a
+                    // waiting answer withdraws as often as not.
                     var consented: [String: Bool] = [:]
+                    for account in Self.accounts {
+                        consented[account] = pass == 0 ? true : [nil, true, false][pick(3)]
+                    }
+                    for id in waiting where pick(2) == 0 {
+                        if let holder = purchases.first(where: { $0.transaction == id })?.holders.randomElement(using: &generator) {
+                            consented[holder] = pick(2) == 0 ? false : nil
+                        }
+                    }
                     try await connection.execute("DELETE FROM iap.consumption_consent")
                     for account in Self.accounts {
-                        switch pass == 0 && pick(4) != 0 ? 1 : pick(3) {
-                        case 0: continue
-                        case let answer:
-                            consented[account] = answer == 1
-                            try await connection.execute("""
-                                INSERT INTO iap.consumption_consent (account_id, consented, refund_preference)
-                                VALUES (\(account), \(answer == 1), \(pick(2) == 0 ? "DECLINE" : nil))
-                                """)
-                        }
+                        guard let answer = consented[account] else { continue }
+                        try await connection.execute("""
+                            INSERT INTO iap.consumption_consent (account_id, consented, refund_preference)
+                            VALUES (\(account), \(answer), \(pick(2) == 0 ? "DECLINE" : nil))
+                            """)
                     }
                     withdrawnWhileWaiting += waiting.filter { id in
                         purchases.first { $0.transaction == id }?.holders.contains { consented[$0] != true } == true
@@ -162,8 +170,10 @@ import TestSupport
         let client = ServerAPIClient(
             endpoints: .init(production: world.simulator.apiURL, sandbox: world.simulator.sandboxAPIURL), token: ServerAPIToken(credentials: credentials),
             gateway: gateway, policy: VerificationPolicy(), logger: .quiet)
-        return (ConsumptionAnswering(
+        var answering = ConsumptionAnswering(
             store: ConsumptionStore(connection: world.connection), notifications: NotificationStore(connection: world.connection), verifier: verifier,
-            client: client, policy: ConsumptionPolicy(), lookBack: 3 * 86_400, logger: .quiet), gateway)
+            client: client, policy: ConsumptionPolicy(), lookBack: 3 * 86_400, logger: .quiet)
+        answering.backoff = Backoff(base: .milliseconds(2), maximum: .milliseconds(20))  // the retries' order, not their pace, is tested
+        return (answering, gateway)
     }
 }
