@@ -68,7 +68,7 @@ public struct ConsumptionAnswering: Sendable {
         let unstored = try await readHistory(now: now, dryRun: dryRun, summary: &summary)
         try await examine(now: now, dryRun: dryRun, unstored: unstored, summary: &summary, show: show)
         if dryRun {
-            try await showPending(now: now, show: show)
+            try await showPending(show: show)
         } else {
             try await expire(summary: &summary, countedPending: [])
             try await sendPending(summary: &summary)
@@ -213,8 +213,9 @@ public struct ConsumptionAnswering: Sendable {
         show("transaction \(request.transactionId) (account \(holders)): \(text)")
     }
 
-    /// A dry run's view of the recorded answers still to send: each decided again, as it would be now.
-    private func showPending(now: Date, show: @Sendable (String) -> Void) async throws {
+    /// A dry run's view of the recorded answers still to send: the body recorded (each is decided
+    /// again, consent read again, only when it leaves).
+    private func showPending(show: @Sendable (String) -> Void) async throws {
         for open in try await store.pending() {
             show("transaction \(open.transactionId) (recorded earlier, decided again when it leaves; recorded body): \(open.body)")
         }
