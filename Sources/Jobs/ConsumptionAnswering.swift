@@ -130,8 +130,11 @@ public struct ConsumptionAnswering: Sendable {
             var notRequests: [Int64] = []
             for pending in page {
                 summary.examined += 1
+                let rejected = summary.rejected
                 guard let request = try await request(of: pending, summary: &summary) else {
-                    notRequests.append(pending.id)
+                    // One that did not verify stays unexamined: a fixable configuration (a missing
+                    // app Apple ID) may be what refused it, and it is examined again until --look-back.
+                    if summary.rejected == rejected { notRequests.append(pending.id) }
                     continue
                 }
                 summary.requests += 1

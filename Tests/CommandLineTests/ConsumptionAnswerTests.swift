@@ -142,9 +142,10 @@ import TestSupport
             #expect(try sent.decode("body", as: String?.self) == delivered)  // recorded as sent, byte for byte
             #expect(try sent.decode("reason", as: String?.self) == "UNINTENDED_PURCHASE")
             #expect(try sent.decode("account_id", as: String?.self) == "gamer")
-            // The forged request: rejected, recorded nowhere, and every notification examined once.
+            // The forged request: rejected and recorded nowhere; every other notification examined once,
+            // the forged one left to be examined again (a fixable configuration may be what refused it).
             #expect(result.stdout.contains("not verified: 1"), "\(result.stdout)")
-            #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE consumption_examined_at IS NULL") == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE consumption_examined_at IS NULL") == 1)
 
             // explain shows the account's requests and answers, newest first.
             let text = try await ExplainTests.explain(world, ["gamer"])

@@ -223,6 +223,21 @@ import TestSupport
         }
     }
 
+    /// A run without the app's Apple ID refuses production signed data; the request is not lost:
+    /// the next run, configured, examines it again and answers it within the 12 hours.
+    @Test func aRequestAConfigurationRefusedIsExaminedAgain() async throws {
+        try await RunWorld.with("consumption-configuration") { world in
+            try await Answers.ledger(world, "gamer", "91")
+            try await Answers.consent(world, "gamer", true)
+            _ = try await V2Notifications.ingest(world, [try Answers.request(Answers.transaction("91"), uuid: "early")])
+            let unconfigured = try await Answers.answer(world, environment: ["APPSTORE_APP_APPLE_ID": ""])
+            #expect(unconfigured.status == 0, "\(unconfigured.stderr.suffix(800))")
+            #expect(try await Answers.outcomes(world).isEmpty)
+            #expect(try await Answers.answer(world).status == 0)
+            #expect(try await Answers.outcomes(world) == ["early": "sent"])
+        }
+    }
+
     /// A second request for a transaction whose first answer is only queued is not
     /// `answered_already`: that answer may still fail. Here it does (a 500 on every attempt), the
     /// second is sent, and only then is the first `answered_already`.
