@@ -70,7 +70,7 @@ let package = Package(
 
         // The local Apple (verifyReceipt, the Server API, signed notifications with a test chain) that the
         // demo, the tests and the benchmark talk to.
-        .target(name: "AppleSimulator", dependencies: ["AppStoreModels", "CivilCalendar", "Locking", crypto, x509, .product(name: "SwiftASN1", package: "swift-asn1")]),
+        .target(name: "AppleSimulator", dependencies: ["AppStoreModels", "CivilCalendar", "Hashing", "Locking", crypto, x509, .product(name: "SwiftASN1", package: "swift-asn1")]),
 
         // The domain, pure (no I/O): verified facts, entitlement rules, the diff, the comparison of two
         // sources, explain's decisions, the run's counts and the reports' content.

@@ -1,4 +1,5 @@
 import Foundation
+import Hashing
 import Locking
 
 /// A local stand-in for Apple's verifyReceipt endpoint and App Store Server API, for the demo
@@ -26,6 +27,8 @@ public final class AppleSimulator: Sendable {
     let apiTraffic: SimulatedAPITraffic
     /// Get Notification History's notifications, signed at start.
     let apiNotifications: [SimulatedHistoryNotification]
+    /// Draws of `api.notification_history_faults`, one a request.
+    let historyFaultDraws: Locked<SplitMix64>
     /// Every Send Consumption Information received (`GET /__consumption`).
     let consumptionLog = Locked([ReceivedConsumption]())
     private let verifyRequests = Locked(0)
@@ -48,6 +51,7 @@ public final class AppleSimulator: Sendable {
         hold = Locked(Hold(after: scenario.holdAfterRequests))
         apiWorld = SimulatedAPIWorld(scenario.apiChains)
         apiTraffic = SimulatedAPITraffic(quota: scenario.apiQuota)
+        historyFaultDraws = Locked(SplitMix64(seed: scenario.notificationHistoryFaults?.seed ?? 0))
         apiNotifications = try signingChain.map { try SimulatedHistoryNotification.sign(scenario.apiNotifications, chain: $0) } ?? []
         var handler: LoopbackHTTPServer.Handler = { _, _, _, _ in .drop }
         let box = HandlerBox()
@@ -95,6 +99,7 @@ public final class AppleSimulator: Sendable {
         }
         if method == "POST", path.hasPrefix("/__night/"), let number = Int(path.dropFirst("/__night/".count)) {
             night.withLock { $0 = number }
+            apiTraffic.startNewWindows()
             // A new first night starts over: scripted faults strike again.
             if number == 1 { attempts.withLock { $0.removeAll() } }
             return .respond(status: 200, body: Self.json(["night": number]))

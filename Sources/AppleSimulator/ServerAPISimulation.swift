@@ -110,34 +110,6 @@ extension AppleSimulator {
         }
     }
 
-    /// Get Notification History: the scenario's signed notifications of this host whose signedDate
-    /// falls in [startDate, endDate), oldest first, in pages (`paginationToken`), within the quota.
-    private func notificationHistory(environment: String, token: String?, body: [UInt8]) -> SimulatedReply {
-        guard let request = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
-              let start = (request["startDate"] as? NSNumber)?.int64Value, let end = (request["endDate"] as? NSNumber)?.int64Value
-        else { return Self.apiError(400, 4000005, "Invalid request: startDate and endDate are required.") }
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
-        guard start < end, now - start <= 180 * 86_400_000 else {
-            return Self.apiError(400, 4000017, "Invalid start date: at most 180 days back, before the end date.")
-        }
-        if let retryAfter = apiTraffic.admit("notification-history", environment: environment) {
-            return Self.rateLimited(retryAfter: retryAfter)
-        }
-        let type = request["notificationType"] as? String  // Apple's filter: this type only
-        let matching = apiNotifications.filter {
-            $0.environment == environment && $0.signedDate >= start && $0.signedDate < end && (type == nil || $0.notificationType == type)
-        }
-        let offset = token.flatMap { Int($0.dropFirst("n-".count)) } ?? 0
-        let page = matching.dropFirst(offset).prefix(scenario.apiNotificationPageSize)
-        let next = offset + page.count
-        var answer: [String: Any] = [
-            "hasMore": next < matching.count,
-            "notificationHistory": page.map { ["signedPayload": $0.signedPayload, "sendAttempts": [["attemptDate": $0.signedDate, "sendAttemptResult": "SUCCESS"]]] },
-        ]
-        if next < matching.count { answer["paginationToken"] = "n-\(next)" }
-        return .respond(status: 200, body: Self.json(answer))
-    }
-
     /// The customer's whole history for the app, oldest purchase first, in pages.
     private func history(_ customer: [String], pageSize: Int, revision: String?, chain: SigningChain) throws -> [UInt8] {
         let all = customer.flatMap { original in

@@ -103,6 +103,15 @@ final class SimulatedAPITraffic: Sendable {
         }
     }
 
+    /// A new night (`POST /__night/N`): every endpoint's window starts over at its next request,
+    /// as a night's budget does after a day of Apple's hours.
+    func startNewWindows() {
+        started.withLock { $0 = nil }
+        state.withLock { state in
+            for key in state.keys { (state[key]!.window, state[key]!.inWindow) = (-1, 0) }
+        }
+    }
+
     /// `{"history/Production": {"requests": N, "throttled": M, "arrivals_ms": [...], "throttled_ms": [...]}, ...}`.
     var statistics: [String: Any] {
         state.withLock { state in

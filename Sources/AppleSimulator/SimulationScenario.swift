@@ -39,6 +39,8 @@ public struct SimulationScenario: Sendable {
     /// `sign-notifications` reads them, signed at start; served by signedDate, in pages.
     public var apiNotifications: [[UInt8]] = []
     public var apiNotificationPageSize = 20
+    /// Random faults on Get Notification History (`api.notification_history_faults`).
+    public var notificationHistoryFaults: NotificationHistoryFaults?
     /// Send Consumption Information's world (`api.consumption`): `types` (transaction id -> Apple's
     /// product type, where the API chains do not say) and `faults` (transaction id -> the scripted
     /// answers of its first attempts, as a chain's `faults`).
@@ -70,6 +72,10 @@ public struct SimulationScenario: Sendable {
         apiQuota = try (root["api_quota"] as? [String: Any]).map(SimulatedAPIQuota.init(spec:))
         apiNotifications = try (api["notifications"] as? [[String: Any]] ?? []).map { Array(try JSONSerialization.data(withJSONObject: $0)) }
         apiNotificationPageSize = max(1, api["notification_page_size"] as? Int ?? 20)
+        if let generated = api["generated_notifications"] as? [String: Any] {
+            apiNotifications += try Self.generatedNotifications(generated)
+        }
+        notificationHistoryFaults = try (api["notification_history_faults"] as? [String: Any]).map(NotificationHistoryFaults.init(spec:))
         let consumption = api["consumption"] as? [String: Any] ?? [:]
         consumptionTypes = consumption["types"] as? [String: String] ?? [:]
         consumptionFaults = try (consumption["faults"] as? [String: [[String: Any]]] ?? [:]).mapValues { try $0.map(SimulatedAPIFault.init) }

@@ -1,69 +1,117 @@
 import AppStore
 import AppStoreModels
+import CivilCalendar
 import Foundation
 import Logging
 import Reconciliation
 import Storage
 
 /// Get Notification History as the delta feed: before a run processes the stored notifications,
-/// it reads what Apple sent since the last window it read whole, and stores each signed payload as
-/// an ingested V2 notification would be (idempotent by notificationUUID). So a notification the
-/// app server missed (down, a deploy, a lost request) still reaches the ledger, and its account is
-/// verified the same night. The watermark moves only once a window is stored whole.
+/// it reads what Apple sent since the watermark, and stores each signed payload as an ingested V2
+/// notification would be (idempotent by notificationUUID). So a notification the app server missed
+/// (down, a deploy, a lost request) still reaches the ledger, and its account is verified the same
+/// night. The window is read in slices (`NotificationHistoryPlan`): the watermark moves at the end of
+/// each slice stored whole, and where a run stops inside one is kept with Apple's paginationToken,
+/// so a window larger than a night's budget is finished over several nights.
 struct NotificationHistoryFeed: Sendable {
     let client: ServerAPIClient
     let store: NotificationStore
-    /// Where the first read starts (`--notification-history-since`).
-    let firstSince: Date
+    /// Where the first read starts (`--notification-history-since`); nil: 30 days back.
+    let firstSince: Date?
     let secretGuard: SharedSecretGuard
     let logger: Logger
+    var sliceLength = NotificationHistoryPlan.defaultSliceLength
+    /// The tests' kill: called when a page has come (`.received`) and once it is stored, before
+    /// where the read stands is kept (`.stored`). A throw leaves the database as a death there would.
+    var mayDie: (@Sendable (PageStep) throws -> Void)?
+    enum PageStep: Sendable { case received, stored }
 
-    /// Read again before the watermark: Apple may record a notification a little after its time.
-    static let overlap: TimeInterval = 3600
-    /// Apple answers for the last 180 days.
-    static let maximumLookBack: TimeInterval = 180 * 86_400
-    /// Pages of one window at most: a `hasMore` that never ends cannot hold the run.
+    /// Pages of one run at most: a `hasMore` that never ends cannot hold the run.
     static let maximumPages = 10_000
+    /// Apple's errors for a paginationToken it no longer takes (invalid, expired): the slice is read again from its start.
+    static let refusedTokenCodes: Set<Int> = [4000014, 4000017]
+    /// Apple's error for a startDate past what it serves.
+    static let startTooFarInPast = 4000012
 
-    /// Reads [watermark - overlap, now) of `environment`, page after page, storing each page.
+    /// Reads `environment` from where it stands to `now`, slice after slice, page after page,
+    /// storing each page and then where the read stands.
     func pull(_ environment: AppleEnvironment, now: Date) async throws -> NotificationHistoryRead {
-        let oldest = now.addingTimeInterval(-Self.maximumLookBack + 60)
-        let watermark = try await store.notificationHistoryWatermark(environment)
-        let start = max(watermark.map { $0.addingTimeInterval(-Self.overlap) } ?? firstSince, oldest)
-        var read = NotificationHistoryRead(environment: environment.rawValue, from: start, to: now)
-        var token: String?
+        let progress = try await store.notificationHistoryProgress(environment)
+        guard let plan = NotificationHistoryPlan.make(
+            watermark: progress.watermark, unfinished: progress.unfinished, firstSince: firstSince, now: now,
+            sandbox: environment == .sandbox, sliceLength: sliceLength)
+        else {
+            var read = NotificationHistoryRead(environment: environment.rawValue, from: now, to: now)
+            (read.complete, read.readUntil) = (true, progress.watermark)
+            return read
+        }
+        var read = NotificationHistoryRead(environment: environment.rawValue, from: plan.first.start, to: plan.end)
+        (read.readUntil, read.resumed) = (progress.watermark, plan.resumeToken != nil)
+        if let gap = plan.unreachable {
+            (read.unreachableFrom, read.unreachableUntil) = (gap.start, gap.end)
+            logger.warning("notification_history.unreachable", metadata: [
+                "notification_history.environment": "\(environment.rawValue)", "notification_history.from": "\(Timestamp.format(gap.start))",
+                "notification_history.until": "\(Timestamp.format(gap.end))",
+                "notification_history.days": "\(String(format: "%.1f", gap.end.timeIntervalSince(gap.start) / 86_400))",
+            ])
+        }
+        var slice = plan.first
+        var token = plan.resumeToken
+        var refusedTokenOnce = false
         for _ in 0..<Self.maximumPages {
-            let page = await client.notificationHistory(start: start, end: now, environment: environment, paginationToken: token)
+            let page = await client.notificationHistory(start: slice.start, end: slice.end, environment: environment, paginationToken: token)
             read.requests += page.requests
             switch page.result {
+            case .failure(.failed(_, let code?, _)) where token != nil && Self.refusedTokenCodes.contains(code) && !refusedTokenOnce:
+                // Apple no longer takes the token a run kept: the slice again from its first page.
+                refusedTokenOnce = true
+                token = nil
+                try await store.keepNotificationHistorySlice(environment, slice, token: nil)
+                logger.notice("notification_history.token_refused", metadata: [
+                    "notification_history.environment": "\(environment.rawValue)", "notification_history.code": "\(code)",
+                ])
             case .failure(let failure):
                 read.error = Self.describe(failure)
                 if case .unauthorized(let reason) = failure { secretGuard.noteUnauthorized(reason) }
+                if case .failed(_, Self.startTooFarInPast?, _) = failure {
+                    // Apple's limit is nearer than documented: what was kept of this slice is of no use now.
+                    try await store.keepNotificationHistorySlice(environment, slice, token: nil)
+                    read.error = "Apple no longer serves notifications from \(Timestamp.format(slice.start)) (4000012): " + (read.error ?? "")
+                }
                 logger.warning("notification_history.incomplete", metadata: [
                     "notification_history.environment": "\(environment.rawValue)", "notification_history.reason": "\(read.error ?? "")",
+                    "notification_history.read_until": "\(read.readUntil.map { Timestamp.format($0) } ?? "none")",
                 ])
                 return read
             case .success(let answer):
                 read.pages += 1
                 read.received += answer.signedPayloads.count
+                try mayDie?(.received)
                 read.stored += try await store.insert(bodies: answer.signedPayloads.map(Self.body), byUUIDOnly: true)
-                guard answer.hasMore else {
-                    try await store.advanceNotificationHistoryWatermark(environment, to: now)
+                try mayDie?(.stored)
+                if answer.hasMore {
+                    guard let next = answer.paginationToken, next != token else {
+                        read.error = "Apple's notification history says hasMore without a new paginationToken"
+                        return read
+                    }
+                    token = next
+                    try await store.keepNotificationHistorySlice(environment, slice, token: next)
+                    continue
+                }
+                try await store.finishNotificationHistorySlice(environment, slice)
+                (read.slices, read.readUntil) = (read.slices + 1, slice.end)
+                guard let following = plan.slice(after: slice) else {
                     read.complete = true
                     logger.info("notification_history.read", metadata: [
                         "notification_history.environment": "\(environment.rawValue)", "notification_history.received": "\(read.received)",
-                        "notification_history.stored": "\(read.stored)",
+                        "notification_history.stored": "\(read.stored)", "notification_history.slices": "\(read.slices)",
                     ])
                     return read
                 }
-                guard let next = answer.paginationToken, next != token else {
-                    read.error = "Apple's notification history says hasMore without a new paginationToken"
-                    return read
-                }
-                token = next
+                (slice, token, refusedTokenOnce) = (following, nil, false)
             }
         }
-        read.error = "more than \(Self.maximumPages) pages of notification history"
+        read.error = "more than \(Self.maximumPages) pages of notification history in one run: the next run goes on from here"
         return read
     }
 

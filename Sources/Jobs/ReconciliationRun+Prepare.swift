@@ -59,7 +59,7 @@ extension ReconciliationRun {
         guard options.readsNotificationHistory, let serverAPI, (options.selection.shard?.index ?? 0) == 0 else { return }
         let feed = NotificationHistoryFeed(
             client: serverAPI, store: sessions.notifications,
-            firstSince: options.notificationHistorySince ?? now.addingTimeInterval(-30 * 86_400), secretGuard: secretGuard, logger: logger)
+            firstSince: options.notificationHistorySince, secretGuard: secretGuard, logger: logger)
         var reads: [NotificationHistoryRead] = []
         for environment in [AppleEnvironment.production, .sandbox] {
             reads.append(try await feed.pull(environment, now: now))

@@ -51,7 +51,7 @@ struct RunCommandOptions: ParsableArguments {
     @OptionGroup var budget: ServerAPIBudgetOptions
 
     @Option(help: ArgumentHelp(
-        "run and backfill --notifications-only first read Get Notification History (with the App Store Connect key) from where the last read ended; the first read starts at this date (ISO 8601; default 30 days back, at most 180).",
+        "run and backfill --notifications-only first read Get Notification History (with the App Store Connect key) from where the last read ended; the first read starts at this date (ISO 8601; default 30 days back, at most 180: Apple keeps 180 days of production history, 30 of the sandbox's, and the sandbox is read from as far back as it serves). The window is read a day at a time; a run that stops goes on where it stopped the next night.",
         valueName: "date"))
     var notificationHistorySince: String?
 

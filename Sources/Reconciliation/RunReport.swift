@@ -93,8 +93,12 @@ public enum RunReport {
         }
         if let reads = summary.notificationHistory, !reads.isEmpty {
             lines.append("  notification history: " + reads.map { read in
-                "\(read.environment) \(read.received) listed, \(read.stored) new" + (read.complete ? "" : " (incomplete: read again next run)")
+                "\(read.environment) \(read.received) listed, \(read.stored) new"
+                    + (read.complete ? "" : " (incomplete: the next run goes on from \(read.readUntil.map { Timestamp.format($0) } ?? "the start"))")
             }.joined(separator: "; "))
+            for read in reads where read.unreachableFrom != nil {
+                lines.append("  notification history NOT READABLE: " + read.unreachableLine)
+            }
         }
         if let api = summary.apiRequests, !api.isEmpty {
             lines.append("  App Store Server API: " + api.sorted { $0.key < $1.key }.map { key, usage in
@@ -157,13 +161,18 @@ public enum RunReport {
         }
         if let reads = summary.notificationHistory, !reads.isEmpty {
             text += "\n## Notification history (Get Notification History, the delta feed)\n\n"
-                + "| environment | from | to | pages | listed | new | complete |\n|---|---|---|---|---|---|---|\n"
+                + "| environment | from | to | pages | listed | new | read until | complete |\n|---|---|---|---|---|---|---|---|\n"
             for read in reads {
                 text += "| \(read.environment) | \(Timestamp.format(read.from)) | \(Timestamp.format(read.to)) | \(read.pages) | \(read.received) | "
-                    + "\(read.stored) | \(read.complete ? "yes" : "no: " + DisplayText.escaped(read.error ?? "")) |\n"
+                    + "\(read.stored) | \(read.readUntil.map { Timestamp.format($0) } ?? "none") | "
+                    + "\(read.complete ? "yes" : "no: " + DisplayText.escaped(read.error ?? "")) |\n"
+            }
+            for read in reads where read.unreachableFrom != nil {
+                text += "\n**Not readable:** " + read.unreachableLine + "\n"
             }
             text += "\nNew ones are notifications nobody had stored (the app server missed them, or they came since the last read). "
-                + "An incomplete window is read again by the next run: the watermark moves only once a window is stored whole.\n"
+                + "The window is read a day at a time: the watermark (read until) moves at the end of each day stored whole, "
+                + "and the next run goes on from where this one stopped, inside a day at Apple's paginationToken.\n"
         }
         if let api = summary.apiRequests, !api.isEmpty {
             text += "\n## App Store Server API requests, against the job's budget\n\n"

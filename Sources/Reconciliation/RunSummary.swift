@@ -1,4 +1,5 @@
 import AppStoreModels
+import CivilCalendar
 import Foundation
 
 /// What a run is: the nightly run over due accounts, or a manual backfill.
@@ -34,11 +35,29 @@ public struct NotificationHistoryRead: Sendable, Codable, Equatable {
     /// Every page was read and stored: the watermark moved to `to`.
     public var complete = false
     public var error: String?
+    /// Slices stored whole this run (the watermark moved at the end of each), and where it stands.
+    public var slices = 0
+    public var readUntil: Date?
+    /// The run took up a slice an earlier run left halfway, at its paginationToken.
+    public var resumed = false
+    /// What Apple no longer serves (past 180 days, 30 in the sandbox) that the watermark had not
+    /// reached: notifications of that time nobody stored cannot be read from Apple any more.
+    public var unreachableFrom: Date?
+    public var unreachableUntil: Date?
 
     public init(environment: String, from: Date, to: Date) {
         self.environment = environment
         self.from = from
         self.to = to
+    }
+
+    /// What Apple no longer serves, with its size, in a sentence.
+    public var unreachableLine: String {
+        guard let from = unreachableFrom, let until = unreachableUntil else { return "" }
+        let days = until.timeIntervalSince(from) / 86_400
+        return "\(environment) from \(Timestamp.format(from)) to \(Timestamp.format(until)) "
+            + "(\(String(format: "%.1f", days)) days) is past what Apple serves (\(environment == "Sandbox" ? 30 : 180) days): "
+            + "a notification of that time the app server did not store cannot be read from Apple any more"
     }
 }
 

@@ -36,20 +36,42 @@ public struct NotificationStore: Sendable {
             """).count
     }
 
-    /// Where the last fully stored window of Get Notification History ended, for `environment`.
-    public func notificationHistoryWatermark(_ environment: AppleEnvironment) async throws -> Date? {
-        try await connection.query("""
-            SELECT read_until FROM iap.notification_history_watermarks WHERE environment = \(environment.rawValue)
-            """).first.map { try $0.decode("read_until") }
+    /// Where Get Notification History stands for `environment`: the end of the last slice stored
+    /// whole, and a slice a run left halfway with the token of its next page.
+    public func notificationHistoryProgress(_ environment: AppleEnvironment) async throws
+        -> (watermark: Date?, unfinished: (slice: NotificationHistorySlice, token: String)?)
+    {
+        guard let row = try await connection.query("""
+            SELECT read_until, slice_start, slice_end, pagination_token
+            FROM iap.notification_history_watermarks WHERE environment = \(environment.rawValue)
+            """).first else { return (nil, nil) }
+        let watermark: Date? = try row.decode("read_until")
+        guard let start: Date = try row.decode("slice_start"), let end: Date = try row.decode("slice_end"),
+              let token: String = try row.decode("pagination_token") else { return (watermark, nil) }
+        return (watermark, (NotificationHistorySlice(start: start, end: end), token))
     }
 
-    /// Moves the watermark to `readUntil` once a window is stored whole; never backwards (another
-    /// worker may have read further meanwhile).
-    public func advanceNotificationHistoryWatermark(_ environment: AppleEnvironment, to readUntil: Date) async throws {
+    /// Moves the watermark to `slice.end` once every page of the slice is stored, and forgets the
+    /// slice's token; never backwards (another worker may have read further meanwhile).
+    public func finishNotificationHistorySlice(_ environment: AppleEnvironment, _ slice: NotificationHistorySlice) async throws {
         try await connection.execute("""
-            INSERT INTO iap.notification_history_watermarks (environment, read_until) VALUES (\(environment.rawValue), \(readUntil))
+            INSERT INTO iap.notification_history_watermarks (environment, read_until) VALUES (\(environment.rawValue), \(slice.end))
             ON CONFLICT (environment) DO UPDATE
-            SET read_until = GREATEST(iap.notification_history_watermarks.read_until, EXCLUDED.read_until), updated_at = now()
+            SET read_until = GREATEST(iap.notification_history_watermarks.read_until, EXCLUDED.read_until),
+                slice_start = NULL, slice_end = NULL, pagination_token = NULL, updated_at = now()
+            """)
+    }
+
+    /// Keeps where a slice stands after a page is stored: the next run starts there if this one
+    /// stops. Nil `token` forgets it (Apple refused the token: the slice is read from its start).
+    public func keepNotificationHistorySlice(_ environment: AppleEnvironment, _ slice: NotificationHistorySlice, token: String?) async throws {
+        let (start, end): (Date?, Date?) = token == nil ? (nil, nil) : (slice.start, slice.end)
+        try await connection.execute("""
+            INSERT INTO iap.notification_history_watermarks (environment, slice_start, slice_end, pagination_token)
+            VALUES (\(environment.rawValue), \(start), \(end), \(token))
+            ON CONFLICT (environment) DO UPDATE
+            SET slice_start = EXCLUDED.slice_start, slice_end = EXCLUDED.slice_end, pagination_token = EXCLUDED.pagination_token,
+                updated_at = now()
             """)
     }
 

@@ -8,9 +8,10 @@ import TestSupport
 import Testing
 @testable import WorldSupport
 
-/// Get Notification History as the delta feed (issue 28): a notification the app server never
-/// stored still reaches the ledger and makes its account due the same night; the watermark moves
-/// only once a window is stored whole; reading a window again stores nothing twice.
+/// Get Notification History as the delta feed (docs/notifications.md, "Notification history: the
+/// delta feed"): a notification the app server never stored still reaches the ledger and makes its
+/// account due the same night; a slice left halfway is taken up at its paginationToken; reading a
+/// window again stores nothing twice.
 @Suite struct NotificationHistoryTests {
     static let day: Int64 = 86_400_000
     static let appAppleId: Int64 = 1234
@@ -66,7 +67,7 @@ import Testing
             #expect(ending == .completed)
             let production = try #require(summary.notificationHistory?.first { $0.environment == "Production" })
             #expect(production.complete && production.received == 1 && production.stored == 1, "\(production)")
-            #expect(production.from == now.addingTimeInterval(-86_400))
+            #expect(production.from == Self.second(now.addingTimeInterval(-86_400)))
             #expect(summary.notifications["v2 REFUND"]?[.applied] == 1)
             #expect(summary.accountsProcessed == 1)  // made due by the notification, verified the same night
             #expect(summary.corrections["revoke"] == 1)
@@ -90,8 +91,9 @@ import Testing
     }
 
     /// A window whose second page failed (Apple's quota, with a Retry-After longer than a run
-    /// waits) keeps what it stored but not the watermark: the next run reads the window again.
-    @Test func theWatermarkMovesOnlyOnceTheWindowIsStoredWhole() async throws {
+    /// waits) keeps what it stored and the token of the page it did not get, not the watermark:
+    /// the next run asks for that page, not the window's first again.
+    @Test func aSliceLeftHalfwayIsTakenUpAtItsPaginationToken() async throws {
         let now = Date()
         let nowMs = Int64(now.timeIntervalSince1970 * 1000)
         var limited = Self.scenario(nowMs: nowMs, notifications: 2)
@@ -102,9 +104,12 @@ import Testing
             options.policy.maximumAttempts = 2
             let (first, _) = try await world.run(options, apiBudget: true)
             let partial = try #require(first.notificationHistory?.first { $0.environment == "Production" })
-            #expect(!partial.complete && partial.pages == 1 && partial.stored == 1, "\(partial)")
+            #expect(!partial.complete && partial.pages == 1 && partial.stored == 1 && partial.slices == 0, "\(partial)")
             #expect(partial.error?.contains("429") == true, "\(partial)")
-            #expect(try await world.count("SELECT count(*) FROM iap.notification_history_watermarks WHERE environment = 'Production'") == 0)
+            let kept = try await world.connection.query(
+                "SELECT read_until, pagination_token FROM iap.notification_history_watermarks WHERE environment = 'Production'")
+            #expect(try kept.first?.decode("read_until", as: Date?.self) == nil)
+            #expect(try kept.first?.decode("pagination_token", as: String?.self) == "n-1")
 
             // Apple answers again (another simulator, the same world and signing chain, no quota).
             var open = Self.scenario(nowMs: nowMs, notifications: 2)
@@ -113,11 +118,20 @@ import Testing
             defer { apple.stop() }
             let (second, _) = try await world.run(options, apple: apple, apiBudget: true)
             let whole = try #require(second.notificationHistory?.first { $0.environment == "Production" })
-            // The first page's notification, signed anew by this Apple, is the same notification (its UUID): not stored again.
-            #expect(whole.complete && whole.pages == 2 && whole.received == 2 && whole.stored == 1, "\(whole)")
-            #expect(whole.from == now.addingTimeInterval(-86_400), "the same window again")
+            // The page the first run did not get (its notification is the one not stored yet), and
+            // the seconds since the first run's end if the clock passed a second.
+            #expect(whole.resumed && whole.complete && whole.pages <= 2 && whole.received == 1 && whole.stored == 1, "\(whole)")
+            #expect(whole.from == Self.second(now.addingTimeInterval(-86_400)), "the same slice")
             #expect(try await world.count("SELECT count(*) FROM iap.notifications") == 2)
-            #expect(try await world.count("SELECT count(*) FROM iap.notification_history_watermarks WHERE environment = 'Production'") == 1)
+            let watermark = try await world.connection.query(
+                "SELECT read_until, pagination_token FROM iap.notification_history_watermarks WHERE environment = 'Production'")
+            #expect(try watermark.first?.decode("read_until", as: Date?.self) == whole.to)
+            #expect(try watermark.first?.decode("pagination_token", as: String?.self) == nil)
         }
+    }
+
+    /// `date` on its whole second, as the slices are.
+    static func second(_ date: Date) -> Date {
+        Date(timeIntervalSince1970: date.timeIntervalSince1970.rounded(.down))
     }
 }

@@ -63,6 +63,11 @@ public final class SimulatorProcess: @unchecked Sendable {
         try await post("/__hold/\(more)")
     }
 
+    /// A new night: answers of `night2` specs from 2 on, and Apple's quota windows start over.
+    public func night(_ number: Int) async throws {
+        try await post("/__night/\(number)")
+    }
+
     private func post(_ path: String) async throws {
         let client = HTTPClient()
         defer { client.shutdown() }
