@@ -19,44 +19,74 @@ struct NotificationProcessor: Sendable {
     var maximumAge: Duration
     var logger: Logger
 
-    /// Processes every unprocessed notification and adds its counts to `summary`.
+    /// Processes every unprocessed notification and adds its counts to `summary`: those never
+    /// started first, then the suspects (a process died on them, or `--retry-quarantined` released
+    /// them), so that one still poisonous stops the run only once the others are done. A
+    /// notification another process held (the consumption job, another shard) is tried once more
+    /// at the end, and counted if still held: the next run takes it.
     func process(runId: Int64, now: Date, summary: inout RunSummary) async throws {
-        var after: (Date, Int64)?
-        while true {
-            let page = try await withDatabaseRetry(logger: logger) { [after] in
-                try await store.unprocessed(after: after, limit: 500)
-            }
-            guard let last = page.last else { return }
-            after = (last.receivedAt, last.id)
-            for pending in page {
-                // Counted before the work, in a statement of its own: a process that dies on this
-                // notification leaves the count, and the third such start sets it aside.
-                let start = try await withDatabaseRetry(logger: logger) {
-                    try await store.start(pending.id, runId: runId, now: now)
+        var held: [NotificationStore.Pending] = []
+        for suspects in [false, true] {
+            var after: (Date, Int64)?
+            while true {
+                let page = try await withDatabaseRetry(logger: logger) { [after] in
+                    try await store.unprocessed(after: after, suspects: suspects, limit: 500)
                 }
-                switch start {
-                case .skip: continue
-                case .quarantined(let reason):
-                    logger.error("notification.quarantined", metadata: ["notification.id": "\(pending.id)", "notification.reason": "\(reason)"])
-                    summary.notificationsQuarantined = (summary.notificationsQuarantined ?? []) + ["notification \(pending.id): \(reason)"]
-                    continue
-                case .process: break
-                }
-                TestFault.dieIfPoison(notificationId: pending.id)
-                let processed = try await withDatabaseRetry(logger: logger) {
-                    try await store.process(pending.id, runId: runId, now: now) { tx in try await process(pending, tx) }
-                }
-                // Claimed by another worker (another shard), or processed meanwhile.
-                guard let result = processed else { continue }
-                summary.notifications[result.label, default: [:]][result.outcome, default: 0] += 1
-                if result.type == "CONSUMPTION_REQUEST" && summary.consumptionRequests.count < 1_000 {
-                    summary.consumptionRequests.append("notification \(pending.id)" + (result.account.map { ", account \($0)" } ?? ""))
-                }
-                if result.outcome == .rejected, let reason = result.reason, (summary.notificationsRejected?.count ?? 0) < 1_000 {
-                    summary.notificationsRejected = (summary.notificationsRejected ?? []) + ["notification \(pending.id): \(reason)"]
+                guard let last = page.last else { break }
+                after = (last.receivedAt, last.id)
+                for pending in page where try await !processOne(pending, runId: runId, now: now, summary: &summary) {
+                    held.append(pending)
                 }
             }
         }
+        var stillHeld: [Int64] = []
+        for pending in held where try await !processOne(pending, runId: runId, now: now, summary: &summary) {
+            stillHeld.append(pending.id)
+        }
+        if !stillHeld.isEmpty {
+            summary.notificationsHeld = stillHeld.count
+            logger.warning("notification.held", metadata: [
+                "notification.count": "\(stillHeld.count)", "notification.ids": "\(stillHeld.prefix(20).map(String.init).joined(separator: ","))",
+            ])
+        }
+        let quarantined = try await withDatabaseRetry(logger: logger) { try await store.quarantinedNow(limit: 1_000) }
+        summary.notificationsQuarantined = quarantined.listed.isEmpty ? nil : quarantined.listed
+        summary.notificationsQuarantinedCount = quarantined.count
+    }
+
+    /// One notification: started (counted), then processed in its transaction. False when another
+    /// process held it: its start is taken back, it was not processed.
+    private func processOne(_ pending: NotificationStore.Pending, runId: Int64, now: Date, summary: inout RunSummary) async throws -> Bool {
+        // Counted before the work, in a statement of its own: a process that dies on this
+        // notification leaves the count, and the third such start sets it aside.
+        let start = try await withDatabaseRetry(logger: logger) {
+            try await store.start(pending.id, runId: runId, now: now)
+        }
+        switch start {
+        case .skip: return true
+        case .held: return false
+        case .quarantined(let reason):
+            logger.error("notification.quarantined", metadata: ["notification.id": "\(pending.id)", "notification.reason": "\(reason)"])
+            return true
+        case .process: break
+        }
+        TestFault.dieIfPoison(notificationId: pending.id)
+        let processed = try await withDatabaseRetry(logger: logger) {
+            try await store.process(pending.id, runId: runId, now: now) { tx in try await process(pending, tx) }
+        }
+        // Held by another transaction (or processed meanwhile): not this run's work after all.
+        guard let result = processed else {
+            try await withDatabaseRetry(logger: logger) { try await store.takeBackStart(pending.id, runId: runId) }
+            return try await withDatabaseRetry(logger: logger) { try await store.isProcessed(pending.id) }
+        }
+        summary.notifications[result.label, default: [:]][result.outcome, default: 0] += 1
+        if result.type == "CONSUMPTION_REQUEST" && summary.consumptionRequests.count < 1_000 {
+            summary.consumptionRequests.append("notification \(pending.id)" + (result.account.map { ", account \($0)" } ?? ""))
+        }
+        if result.outcome == .rejected, let reason = result.reason, (summary.notificationsRejected?.count ?? 0) < 1_000 {
+            summary.notificationsRejected = (summary.notificationsRejected ?? []) + ["notification \(pending.id): \(reason)"]
+        }
+        return true
     }
 
     /// How one notification came out.

@@ -28,8 +28,10 @@ final class ConnectionHandle: @unchecked Sendable {
     func connect() throws(PostgresError) {
         discard()
         // Defaults first: the caller's connection string, expanded from `dbname`, overrides them.
-        let keywords = ["connect_timeout", "application_name", "client_encoding", "dbname"]
-        let values = ["10", applicationName, "UTF8", connectionString]
+        // TCP keepalives (docs/operating.md, "Lost hosts and held locks"): this side learns within
+        // two minutes that the server's host is gone, instead of waiting on a dead socket for hours.
+        let keywords = ["connect_timeout", "application_name", "client_encoding"] + Self.keepalives.map(\.0) + ["dbname"]
+        let values = ["10", applicationName, "UTF8"] + Self.keepalives.map(\.1) + [connectionString]
         let connection = withCStringArray(keywords) { keywordPointers in
             withCStringArray(values) { valuePointers in
                 PQconnectdbParams(keywordPointers, valuePointers, 1)
@@ -54,7 +56,20 @@ final class ConnectionHandle: @unchecked Sendable {
         // of 460 keys was compiled for 460 ms to run for 10 (BENCHMARKS.md, "The finance journal
         // on every path, second pass").
         try executeScript("SELECT set_config('jit', 'off', false) FROM pg_settings WHERE name = 'jit'")
+        // And the server's side: a backend whose client host vanished (a node lost with the run
+        // lock) ends within about two minutes, and its locks with it, instead of after the
+        // kernel's two hours. Only where nobody set them (`options=-c ...`); a Unix socket ignores them.
+        try executeScript("""
+            SELECT set_config(name, value, false) FROM (VALUES ('tcp_keepalives_idle', '60'), ('tcp_keepalives_interval', '10'),
+                ('tcp_keepalives_count', '6'), ('tcp_user_timeout', '120000')) AS wanted (name, value)
+            WHERE EXISTS (SELECT 1 FROM pg_settings s WHERE s.name = wanted.name AND s.source = 'default')
+            """)
     }
+
+    /// libpq's keepalives: the first probe after 60 s of silence, then every 10 s, the connection
+    /// given up after 6 unanswered or 2 minutes of unacknowledged data.
+    static let keepalives = [("keepalives", "1"), ("keepalives_idle", "60"), ("keepalives_interval", "10"), ("keepalives_count", "6"),
+                             ("tcp_user_timeout", "120000")]
 
     func close() {
         isClosed = true

@@ -67,7 +67,11 @@ public enum RunReport {
                 .compactMap { outcome in notifications[outcome].map { "\($0) \(outcome.rawValue)" } }.joined(separator: ", "))
         }
         if let quarantined = summary.notificationsQuarantined, !quarantined.isEmpty {
-            lines.append("  quarantined notifications: \(quarantined.count) (each stopped the process 3 times; see the report)")
+            lines.append("  quarantined notifications: \(summary.notificationsQuarantinedCount ?? quarantined.count) "
+                + "(each stopped the process 3 times; set aside until `backfill --retry-quarantined`; see the report)")
+        }
+        if let held = summary.notificationsHeld, held > 0 {
+            lines.append("  notifications held by another process: \(held) (not processed: the next run takes them)")
         }
         if let quarantined = summary.accountsQuarantined, !quarantined.isEmpty {
             lines.append("  quarantined accounts: \(quarantined.count) (each stopped the process 3 times; failed unread; see the report)")
@@ -200,8 +204,10 @@ public enum RunReport {
         if let quarantined = summary.notificationsQuarantined, !quarantined.isEmpty {
             text += "\n## Quarantined notifications (set aside, not processed)\n\n"
             text += list(quarantined)
-            text += "\nEach stopped the process every time it was processed. Later runs skip them; "
-                + "`receipt-reconciler backfill --retry-quarantined` releases them once the cause is fixed.\n"
+            text += "\n\(summary.notificationsQuarantinedCount ?? quarantined.count) quarantined now. Each stopped the process every time "
+                + "it was processed. Runs skip them, and list them here every night until "
+                + "`receipt-reconciler backfill --retry-quarantined` releases them once the cause is fixed: released, each is processed "
+                + "after the others and quarantined again at its first start that does not finish.\n"
         }
         if let quarantined = summary.accountsQuarantined, !quarantined.isEmpty {
             text += "\n## Quarantined accounts (set aside, not verified)\n\n"
@@ -285,9 +291,9 @@ public enum RunReport {
             lines.append("receipt_reconciler_last_run_corrections{kind=\"\(summary.kind.rawValue)\",correction=\"\(kind.rawValue)\"} \(summary.corrections[kind.rawValue] ?? 0)")
         }
         lines += [
-            "# HELP receipt_reconciler_last_run_quarantined Rows set aside because processing them stopped the process three times in a row: notifications the last run quarantined, accounts it found quarantined (failed unread).",
+            "# HELP receipt_reconciler_last_run_quarantined Rows set aside because processing them stopped the process three times in a row: notifications quarantined at the last run's end (until released), accounts it found quarantined (failed unread).",
             "# TYPE receipt_reconciler_last_run_quarantined gauge",
-            "receipt_reconciler_last_run_quarantined{\(kind),row=\"notification\"} \(summary.notificationsQuarantined?.count ?? 0)",
+            "receipt_reconciler_last_run_quarantined{\(kind),row=\"notification\"} \(summary.notificationsQuarantinedCount ?? summary.notificationsQuarantined?.count ?? 0)",
             "receipt_reconciler_last_run_quarantined{\(kind),row=\"account\"} \(summary.accountsQuarantined?.count ?? 0)",
             "# HELP receipt_reconciler_last_run_apple_requests Requests sent to Apple in the last run.",
             "# TYPE receipt_reconciler_last_run_apple_requests gauge",

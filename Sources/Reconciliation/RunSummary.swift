@@ -144,9 +144,15 @@ public struct RunSummary: Sendable, Codable, Equatable {
     /// Notifications rejected, each with the check that failed (`jws_invalid: signature`). Optional
     /// only so that summaries stored before V2 still decode.
     public var notificationsRejected: [String]?
-    /// Notifications quarantined by this run: their processing was started and never finished
-    /// (the process died) three times in a row. Optional so that older summaries still decode.
+    /// Notifications quarantined now, by this run or an earlier one, until released (the first
+    /// 1,000): their processing was started and never finished (the process died) three times in a
+    /// row. Optional so that older summaries still decode.
     public var notificationsQuarantined: [String]?
+    /// How many are quarantined now: the gauge, every night until they are released.
+    public var notificationsQuarantinedCount: Int?
+    /// Notifications another process held (the consumption job, another shard) when this run came
+    /// to them, and still at its end: not processed, not counted as a start; the next run takes them.
+    public var notificationsHeld: Int?
     /// Accounts set aside (each stopped the process three times in a row: quarantined by this
     /// run or an earlier one), failed unread, as `account ID: reason`. Optional so that older
     /// summaries still decode.

@@ -1,4 +1,5 @@
 import AppStoreModels
+import CivilCalendar
 import Foundation
 import Postgres
 import Reconciliation
@@ -89,10 +90,12 @@ public struct NotificationStore: Sendable {
 
     /// The next unprocessed notifications after `after`, oldest first: candidates only, each is
     /// claimed (`claim`, which decides) in the transaction that processes it.
-    public func unprocessed(after: (Date, Int64)?, limit: Int) async throws -> [Pending] {
+    /// `suspects`: those a start never finished (a process died on them, or they were released from
+    /// quarantine), instead of the others.
+    public func unprocessed(after: (Date, Int64)?, suspects: Bool = false, limit: Int) async throws -> [Pending] {
         return try await connection.query("""
             SELECT id, received_at, body::text AS body FROM iap.notifications
-            WHERE processed_at IS NULL AND quarantined_at IS NULL
+            WHERE processed_at IS NULL AND quarantined_at IS NULL AND (unfinished_starts > 0) = \(suspects)
               AND (\(after?.0)::timestamptz IS NULL OR (received_at, id) > (\(after?.0), \(after?.1)))
             ORDER BY received_at, id LIMIT \(limit)
             """).map { Pending(id: try $0.decode("id"), receivedAt: try $0.decode("received_at"), body: try $0.decode("body")) }
@@ -109,6 +112,9 @@ public struct NotificationStore: Sendable {
         case quarantined(reason: String)
         /// Another worker's, processed meanwhile, or quarantined already: leave it.
         case skip
+        /// Another transaction holds its row (the consumption job, another shard's run): not
+        /// started, nothing counted; not waited for either.
+        case held
     }
 
     /// Counts one start of a notification, committed before its work begins (so that a process
@@ -118,28 +124,65 @@ public struct NotificationStore: Sendable {
         let limit = Self.quarantineAfterUnfinishedStarts
         let reason = "processing started \(limit) times and never finished: the process died each time (a crash or an out-of-memory kill)"
         let rows = try await connection.query("""
-            UPDATE iap.notifications n SET
-                run_id = \(runId),
-                unfinished_starts = CASE WHEN unfinished_starts >= \(limit) THEN unfinished_starts ELSE unfinished_starts + 1 END,
-                quarantined_at = CASE WHEN unfinished_starts >= \(limit) THEN \(now)::timestamptz END,
-                quarantine_reason = CASE WHEN unfinished_starts >= \(limit) THEN \(reason) END
-            WHERE id = \(id) AND processed_at IS NULL AND quarantined_at IS NULL
-              AND NOT EXISTS (SELECT 1 FROM iap.reconciliation_runs r WHERE r.id = n.run_id AND r.id <> \(runId) AND r.status = 'running')
-            RETURNING quarantine_reason
+            WITH free AS (SELECT id FROM iap.notifications WHERE id = \(id) FOR NO KEY UPDATE SKIP LOCKED),
+            started AS (
+                UPDATE iap.notifications n SET
+                    run_id = \(runId),
+                    unfinished_starts = CASE WHEN unfinished_starts >= \(limit) THEN unfinished_starts ELSE unfinished_starts + 1 END,
+                    quarantined_at = CASE WHEN unfinished_starts >= \(limit) THEN \(now)::timestamptz END,
+                    quarantine_reason = CASE WHEN unfinished_starts >= \(limit) THEN \(reason) END
+                FROM free
+                WHERE n.id = free.id AND processed_at IS NULL AND quarantined_at IS NULL
+                  AND NOT EXISTS (SELECT 1 FROM iap.reconciliation_runs r WHERE r.id = n.run_id AND r.id <> \(runId) AND r.status = 'running')
+                RETURNING quarantine_reason
+            )
+            SELECT (SELECT count(*) FROM free) AS free, (SELECT count(*) FROM started) AS started,
+                   (SELECT quarantine_reason FROM started) AS quarantine_reason
             """)
-        guard let row = rows.first else { return .skip }
+        guard let row = rows.first, try row.decode("free", as: Int64.self) == 1 else { return .held }
+        guard try row.decode("started", as: Int64.self) == 1 else { return .skip }
         if let quarantined = try row.decode("quarantine_reason", as: String?.self) { return .quarantined(reason: quarantined) }
         return .process
     }
 
-    /// Releases every quarantined notification (`backfill --retry-quarantined`): due again, its count of
-    /// unfinished starts back to 0. Returns how many.
+    /// Releases every quarantined notification (`backfill --retry-quarantined`): due again, on
+    /// probation: a suspect, processed after the others, and quarantined again at the next start
+    /// that does not finish, so that one still poisonous stops one run, not three. Returns how many.
     public func releaseQuarantined() async throws -> Int {
         try await connection.query("""
-            UPDATE iap.notifications SET quarantined_at = NULL, quarantine_reason = NULL, unfinished_starts = 0
+            UPDATE iap.notifications SET quarantined_at = NULL, quarantine_reason = NULL,
+                unfinished_starts = \(Self.quarantineAfterUnfinishedStarts - 1)
             WHERE quarantined_at IS NOT NULL AND processed_at IS NULL
             RETURNING id
             """).count
+    }
+
+    /// Takes back a start that found the notification held by another transaction: it was not
+    /// processed, so the start must not count toward its quarantine.
+    public func takeBackStart(_ id: Int64, runId: Int64) async throws {
+        try await connection.execute("""
+            UPDATE iap.notifications SET unfinished_starts = greatest(unfinished_starts - 1, 0)
+            WHERE id = \(id) AND run_id = \(runId) AND processed_at IS NULL AND quarantined_at IS NULL
+            """)
+    }
+
+    /// Whether a notification was processed (by whoever held it meanwhile).
+    public func isProcessed(_ id: Int64) async throws -> Bool {
+        try await !connection.query("SELECT 1 FROM iap.notifications WHERE id = \(id) AND processed_at IS NOT NULL").isEmpty
+    }
+
+    /// Every notification quarantined now, by this run or an earlier one, until released: how
+    /// many, and the first `limit` as `notification ID (since T): reason`.
+    public func quarantinedNow(limit: Int) async throws -> (count: Int, listed: [String]) {
+        let rows = try await connection.query("""
+            SELECT id, quarantined_at, quarantine_reason, count(*) OVER () AS total FROM iap.notifications
+            WHERE quarantined_at IS NOT NULL AND processed_at IS NULL ORDER BY quarantined_at, id LIMIT \(limit)
+            """)
+        let listed = try rows.map { row in
+            let since = Timestamp.format(try row.decode("quarantined_at", as: Date.self))
+            return "notification \(try row.decode("id", as: Int64.self)) (since \(since)): \(try row.decode("quarantine_reason", as: String?.self) ?? "")"
+        }
+        return (try rows.first?.decode("total", as: Int64.self)).map { (Int($0), listed) } ?? (0, [])
     }
 
     /// Processes one notification in one transaction: locks it (after `start` took it for this

@@ -11,8 +11,9 @@ import TestSupport
 /// corrections table as an outbox read by cursor (`corrections --after`), through real runs.
 @Suite struct CorrectionsOutboxTests {
     /// `corrections --after N --json`, parsed: one object a line.
-    static func consume(_ world: RunWorld, after cursor: Int64) async throws -> [[String: Any]] {
-        let result = try await CLIProcess.run(["corrections", "--after", "\(cursor)", "--json"], environment: RunWorld.environment(world))
+    static func consume(_ world: RunWorld, after cursor: Int64, limit: Int64? = nil) async throws -> [[String: Any]] {
+        let result = try await CLIProcess.run(
+            ["corrections", "--after", "\(cursor)", "--json"] + (limit.map { ["--limit", "\($0)"] } ?? []), environment: RunWorld.environment(world))
         #expect(result.status == 0, "\(result.stderr)")
         return try result.stdout.split(separator: "\n").map {
             try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
@@ -100,6 +101,12 @@ import TestSupport
                 next += applied
             }
             #expect(next - 1 == Int64(applied.count))
+            // What docs/events.md tells a consumer of one event to run lists that batch's corrections, no other.
+            if let event = events.dropFirst().first {
+                let (first, count) = (Self.int(event["first_applied_seq"]), Self.int(event["applied"]))
+                let listed = try await Self.consume(world, after: first - 1, limit: count)
+                #expect(listed.map { Self.int($0["applied_seq"]) } == Array(first..<(first + count)))
+            }
             #expect(eventsBefore.map { Self.int($0["applied"]) }.reduce(0, +) == Int64(before.count))
             await listener.close()
         }

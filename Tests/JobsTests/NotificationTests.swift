@@ -48,6 +48,34 @@ import TestSupport
         }
     }
 
+    /// A notification another process holds when the run comes to it (the consumption job answering
+    /// it, another shard) is tried again at the end, then counted and logged, not lost: its start is
+    /// taken back (it was not processed, it is no step toward quarantine), and the next run takes it.
+    @Test func aNotificationAnotherProcessHoldsIsCountedAndTakenNextRun() async throws {
+        try await RunWorld.with("held-notification") { world in
+            try await world.addReceipt("victim", spec: ["generate": ["subscriptions": [world.subscription(original: "50", endDays: 10)]]])
+            _ = try await world.run(world.options())
+            try await V1Notifications.store(world, [V1Notifications.notification("DID_CHANGE_RENEWAL_STATUS", password: world.secret, original: "50",
+                                                                                   transactions: [["transaction_id": "50", "original_transaction_id": "50",
+                                                                                                   "product_id": "pro.monthly"]])])
+            let holder = try await world.database.connect()
+            try await holder.execute("BEGIN")
+            try await holder.execute("SELECT 1 FROM iap.notifications FOR UPDATE")
+            let (held, _) = try await world.run(world.options())
+            try await holder.execute("ROLLBACK")
+            await holder.close()
+            #expect(held.notificationsHeld == 1 && held.notifications.isEmpty, "\(held.notifications)")
+            #expect(RunReport.short(held).contains("notifications held by another process: 1"))
+            #expect(try await world.count("SELECT unfinished_starts FROM iap.notifications") == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE processed_at IS NULL") == 1)
+
+            let (next, _) = try await world.run(world.options())
+            #expect(next.notificationsHeld == nil)
+            #expect(next.notifications.values.flatMap(\.values).reduce(0, +) == 1)
+            #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE processed_at IS NULL") == 0)
+        }
+    }
+
     @Test func aWrongPasswordChangesNothingAndIsRejected() async throws {
         try await RunWorld.with("rejected") { world in
             try await world.addReceipt("victim", spec: ["generate": ["subscriptions": [world.subscription(original: "50", endDays: 10)]]])

@@ -5,6 +5,24 @@ import Testing
 import TestSupport
 
 @Suite struct PostgresConnectionTests {
+    /// A lost host frees its locks within minutes (docs/operating.md, "Lost hosts and held locks"):
+    /// the server probes a silent client after a minute and gives it up after six unanswered probes
+    /// or two minutes of unacknowledged data, instead of the kernel's two hours; an operator's own
+    /// `options=-c ...` keeps its value.
+    @Test func everyConnectionKeepsItsPeerAliveOrLetsItGoWithinMinutes() async throws {
+        let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
+        let shown = try await connection.query("""
+            SELECT current_setting('tcp_keepalives_idle') AS idle, current_setting('tcp_keepalives_interval') AS interval,
+                   current_setting('tcp_keepalives_count') AS count, current_setting('tcp_user_timeout') AS user_timeout
+            """)[0]
+        #expect(try shown.decode("idle", as: String.self) == "60" && shown.decode("interval", as: String.self) == "10")
+        #expect(try shown.decode("count", as: String.self) == "6" && shown.decode("user_timeout", as: String.self) == "120000")
+        await connection.close()
+        let own = try await PostgresConnection.connect(TestDatabase.adminConnectionString + " options='-c tcp_keepalives_idle=30'")
+        #expect(try await own.query("SELECT current_setting('tcp_keepalives_idle') AS idle")[0].decode("idle", as: String.self) == "30")
+        await own.close()
+    }
+
     @Test func decodingErrorsNameTheColumnAndNotTheValue() async throws {
         let connection = try await PostgresConnection.connect(TestDatabase.adminConnectionString)
         let rows = try await connection.query("SELECT 'private-value'::text AS account_id, 1.5::numeric AS price")
