@@ -141,7 +141,10 @@ struct NotificationProcessor: Sendable {
         do {
             verified = try await verifier.verifyNotification(signedPayload: signedPayload)
         } catch {
-            try await tx.record(.rejected, reason: error.reason)
+            // Refused by the app's configuration, not by Apple's signature: kept with the configuration's
+            // fingerprint, examined again by a run configured otherwise.
+            let configuration = error.check.isConfiguration ? verifier.configuration.fingerprint : nil
+            try await tx.record(.rejected, reason: error.reason, rejectedConfiguration: configuration)
             logger.warning("notification.rejected", metadata: [
                 "notification.id": "\(pending.id)", "notification.version": "2", "notification.reason": "\(error)",
             ])

@@ -39,9 +39,19 @@ extension ReconciliationRun {
                 logger.notice("notification.quarantine_released", metadata: ["notification.count": "\(released)"])
             }
             try await readNotificationHistory(context, summary: &summary)
+            let verifier = try signedData.get()
+            let reopened = try await withDatabaseRetry(logger: logger) {
+                try await sessions.notifications.reopenRejected(configuration: verifier.configuration.fingerprint, all: options.retriesRejected)
+            }
+            if reopened > 0 {
+                summary.notificationsReexamined = reopened
+                logger.notice("notification.rejected_reexamined", metadata: [
+                    "notification.count": "\(reopened)", "notification.why": "\(options.retriesRejected ? "--retry-rejected" : "the app's configuration changed")",
+                ])
+            }
             let processor = NotificationProcessor(
                 store: sessions.notifications, sharedSecret: sharedSecret,
-                verifier: try signedData.get(), maximumAge: options.notificationMaximumAge, logger: logger)
+                verifier: verifier, maximumAge: options.notificationMaximumAge, logger: logger)
             try await processor.process(runId: summary.runId, now: now, summary: &summary)
             try await writer.updateRun(summary)
         }

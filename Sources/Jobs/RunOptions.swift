@@ -62,6 +62,9 @@ public struct RunOptions: Sendable {
     public var processesNotifications = true
     /// Release the quarantined notifications before processing them (`backfill --retry-quarantined`).
     public var retriesQuarantined = false
+    /// Examine every rejected notification again (`backfill --retry-rejected`), not only those a
+    /// configuration check refused under another configuration.
+    public var retriesRejected = false
     /// Read Get Notification History first (`run`, `backfill --notifications-only`), when the
     /// Server API is configured; from `notificationHistorySince` the first time.
     public var readsNotificationHistory = false

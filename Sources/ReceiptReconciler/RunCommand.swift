@@ -99,9 +99,13 @@ struct BackfillCommand: AsyncParsableCommand {
         "Release the quarantined notifications and accounts (each stopped the process three times in a row) and process them again; alone, as --notifications-only (the notifications, then the released accounts and those the notifications made due). Fix the cause first."))
     var retryQuarantined = false
 
+    @Flag(help: ArgumentHelp(
+        "Examine every rejected notification again (a V2 one a check of the app's configuration refused is examined again by itself once the configuration changes; this takes the rest too: a v1 one refused for the shared secret, a signature that failed); alone, as --notifications-only. A forged body is rejected again."))
+    var retryRejected = false
+
     func validate() throws {
         let selects = all || !accounts.isEmpty || !receiptIds.isEmpty || since != nil || until != nil || !products.isEmpty
-        if retryQuarantined && !selects { return }  // alone: the notifications, then the accounts they made due
+        if (retryQuarantined || retryRejected) && !selects { return }  // alone: the notifications, then the accounts they made due
         if notificationsOnly && (all || !accounts.isEmpty || !receiptIds.isEmpty || since != nil || until != nil || !products.isEmpty) {
             throw ValidationError("--notifications-only takes the accounts the notifications name: leave out the other selections")
         }
@@ -119,7 +123,7 @@ struct BackfillCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = logging.bootstrap()
         try await runReportingErrors(logger: logger) {
-            let notificationsAlone = notificationsOnly || (retryQuarantined && !all && accounts.isEmpty && receiptIds.isEmpty
+            let notificationsAlone = notificationsOnly || ((retryQuarantined || retryRejected) && !all && accounts.isEmpty && receiptIds.isEmpty
                 && since == nil && until == nil && products.isEmpty)
             let selection: AccountSelection.Kind = notificationsAlone ? .reverifyRequested : .backfill(
                 accounts: accounts, receiptIds: receiptIds, since: since.flatMap(CommandLineTime.parse), until: until.flatMap(CommandLineTime.parse),
@@ -127,6 +131,7 @@ struct BackfillCommand: AsyncParsableCommand {
             var options = try run.runOptions(kind: .backfill, selection: selection)
             options.readsNotificationHistory = notificationsAlone
             options.retriesQuarantined = retryQuarantined
+            options.retriesRejected = retryRejected
             try await executeRun(options, common: run, database: database, logger: logger)
         }
     }

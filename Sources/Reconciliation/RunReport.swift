@@ -70,6 +70,9 @@ public enum RunReport {
             lines.append("  quarantined notifications: \(summary.notificationsQuarantinedCount ?? quarantined.count) "
                 + "(each stopped the process 3 times; set aside until `backfill --retry-quarantined`; see the report)")
         }
+        if let again = summary.notificationsReexamined, again > 0 {
+            lines.append("  rejected notifications examined again: \(again) (the app's configuration changed, or --retry-rejected)")
+        }
         if let held = summary.notificationsHeld, held > 0 {
             lines.append("  notifications held by another process: \(held) (not processed: the next run takes them)")
         }

@@ -148,6 +148,9 @@ public struct RunSummary: Sendable, Codable, Equatable {
     /// 1,000): their processing was started and never finished (the process died) three times in a
     /// row. Optional so that older summaries still decode.
     public var notificationsQuarantined: [String]?
+    /// Rejected notifications examined again: refused by a configuration check under another
+    /// configuration than this run's, or every one (`backfill --retry-rejected`).
+    public var notificationsReexamined: Int?
     /// How many are quarantined now: the gauge, every night until they are released.
     public var notificationsQuarantinedCount: Int?
     /// Notifications another process held (the consumption job, another shard) when this run came

@@ -30,6 +30,13 @@ public enum SignedDataCheck: String, CaseIterable, Sendable, Codable {
     case environment
 }
 
+extension SignedDataCheck {
+    /// A check of the app's configuration (its bundle ids, app Apple ID, environment), not of
+    /// Apple's signature: data it refused is Apple's all the same, and is examined again once the
+    /// configuration changes.
+    public var isConfiguration: Bool { self == .bundle || self == .appAppleId || self == .environment }
+}
+
 /// Why signed data was not used: the check that failed, and what it found.
 public struct SignedDataRejection: Error, Sendable, CustomStringConvertible {
     public var check: SignedDataCheck

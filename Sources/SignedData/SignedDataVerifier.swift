@@ -32,6 +32,13 @@ public final class SignedDataVerifier: Sendable {
             self.bundleIds = bundleIds
             self.appAppleId = appAppleId
         }
+
+        /// What the configuration checks compare against, as one string: a rejection for a
+        /// configuration check records it, and a run whose fingerprint differs examines that
+        /// rejection again.
+        public var fingerprint: String {
+            "bundle_ids=" + bundleIds.sorted().joined(separator: ",") + ";app_apple_id=" + (appAppleId.map(String.init) ?? "")
+        }
     }
 
     /// A configured root that is no certificate: a configuration error, found at start.

@@ -22,8 +22,10 @@ public struct NotificationStore: Sendable {
     /// were new. A V2 body already stored (Apple sends one again until it is answered) is not
     /// stored twice: its notificationUUID, read here unverified, and its bytes say so.
     ///
-    /// `byUUIDOnly`: a V2 body whose notificationUUID is stored at all is not stored again, however
-    /// it is wrapped or signed (Get Notification History may sign anew what the app server kept).
+    /// `byUUIDOnly`: a V2 body whose notificationUUID is stored is not stored again, however it is
+    /// wrapped or signed (Get Notification History may sign anew what the app server kept), unless
+    /// every stored copy was rejected: a forged body posted with a real notification's UUID must not
+    /// keep Apple's own copy out.
     @discardableResult
     public func insert(bodies: [String], byUUIDOnly: Bool = false) async throws -> Int {
         guard !bodies.isEmpty else { return 0 }
@@ -31,7 +33,8 @@ public struct NotificationStore: Sendable {
         return try await connection.query("""
             INSERT INTO iap.notifications (body, notification_uuid)
             SELECT b, u FROM unnest(\(PostgresArray(bodies))::jsonb[], \(PostgresArray(uuids))::text[]) AS n (b, u)
-            WHERE NOT \(byUUIDOnly) OR u IS NULL OR NOT EXISTS (SELECT 1 FROM iap.notifications s WHERE s.notification_uuid = n.u)
+            WHERE NOT \(byUUIDOnly) OR u IS NULL
+               OR NOT EXISTS (SELECT 1 FROM iap.notifications s WHERE s.notification_uuid = n.u AND s.outcome IS DISTINCT FROM 'rejected')
             ON CONFLICT DO NOTHING
             RETURNING 1
             """).count
@@ -225,14 +228,28 @@ public struct NotificationStore: Sendable {
 
     /// Records an outcome and why; `processed` false leaves it for a later run (unmatched, not given up).
     func mark(
-        _ id: Int64, outcome: NotificationOutcome, reason: String? = nil, processed: Bool, accountId: String?, runId: Int64?, now: Date
+        _ id: Int64, outcome: NotificationOutcome, reason: String? = nil, processed: Bool, accountId: String?, runId: Int64?, now: Date,
+        rejectedConfiguration: String? = nil
     ) async throws {
         try await connection.execute("""
             UPDATE iap.notifications SET outcome = \(outcome.rawValue), reason = \(reason), account_id = \(accountId), run_id = \(runId),
                 processed_at = CASE WHEN \(processed) THEN \(now)::timestamptz ELSE NULL END,
-                unfinished_starts = 0
+                unfinished_starts = 0, rejected_configuration = \(rejectedConfiguration)
             WHERE id = \(id)
             """)
+    }
+
+    /// Rejected notifications made due again, before a run processes: those a configuration check
+    /// refused under another configuration than `configuration` (fixed since, or changed: examined
+    /// again under this one), or, with `all` (`backfill --retry-rejected`), every rejected one; a
+    /// forged body is rejected again. Returns how many.
+    public func reopenRejected(configuration: String, all: Bool) async throws -> Int {
+        try await connection.query("""
+            UPDATE iap.notifications SET processed_at = NULL, outcome = NULL, reason = NULL, rejected_configuration = NULL
+            WHERE outcome = 'rejected' AND processed_at IS NOT NULL AND quarantined_at IS NULL
+              AND (\(all) OR (rejected_configuration IS NOT NULL AND rejected_configuration <> \(configuration)))
+            RETURNING id
+            """).count
     }
 
     /// Whether another notification with this notificationUUID was applied or recorded already.
@@ -311,8 +328,12 @@ public struct NotificationWrite {
     }
 
     /// Records the outcome and why; `processed` false leaves it for a later run (unmatched, not given up).
-    public func record(_ outcome: NotificationOutcome, reason: String? = nil, processed: Bool = true, accountId: String? = nil) async throws {
-        try await store.mark(id, outcome: outcome, reason: reason, processed: processed, accountId: accountId, runId: runId, now: now)
+    /// `rejectedConfiguration`: the fingerprint of the configuration a configuration check refused it under.
+    public func record(
+        _ outcome: NotificationOutcome, reason: String? = nil, processed: Bool = true, accountId: String? = nil, rejectedConfiguration: String? = nil
+    ) async throws {
+        try await store.mark(id, outcome: outcome, reason: reason, processed: processed, accountId: accountId, runId: runId, now: now,
+                             rejectedConfiguration: rejectedConfiguration)
     }
 
     /// Every account whose ledger or entitlements hold one of these original transaction ids, the ledger's first.

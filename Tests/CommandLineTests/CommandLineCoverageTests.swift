@@ -51,6 +51,7 @@ import TestSupport
         "--raw-cells": ["theFinanceCSVNeverCarriesAFormulaUnlessAskedForRawCells"],
         "--receipt-id": ["backfillSelectsWhatItsOptionsName"],
         "--report-dir": ["reportOfAPastRun"],
+        "--retry-rejected": ["aForgedBodyBesideAValidOneStopsNoRun"],
         "--retry-quarantined": ["aNotificationThatKillsThreeRunsInARowIsQuarantinedByTheFourth",
                                 "anAccountThatKillsThreeRunsInARowIsQuarantinedAndNoInnocentOneIs"],
         "--sandbox": ["sandboxDenyGrantsNothingFromASandboxReceipt"],

@@ -63,7 +63,7 @@ import Testing
 
     /// The forged body beside a valid refund, through three nightly runs of the executable: each
     /// completes, the refund is applied, the forged body is rejected for its chain and nothing is
-    /// quarantined (nothing died). `inspect` on it exits 1 and names the failed check.
+    /// quarantined (nothing died); `backfill --retry-rejected` examines it again, and it is rejected again. `inspect` on it exits 1 and names the failed check.
     @Test func aForgedBodyBesideAValidOneStopsNoRun() async throws {
         try await RunWorld.with("forged-run") { world in
             try await V2Notifications.gamer(world)
@@ -88,6 +88,17 @@ import Testing
             #expect(try rows.allSatisfy { try !$0.decode("quarantined", as: Bool.self) })
             #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE transaction_id = '91' AND cancellation_date IS NOT NULL") == 1)
             #expect(try await world.count("SELECT count(*) FROM iap.reconciliation_runs WHERE status = 'completed'") == 3)
+
+            // `backfill --retry-rejected` examines it again on demand: rejected again, the refund left as it was.
+            let retried = try await CLIProcess.run(
+                ["backfill", "--retry-rejected", "--apple-root-certificate", root.path, "--report-dir", world.reportRoot.appending(path: "retry").path],
+                environment: Self.environment(world))
+            #expect(retried.status == 0, "\(retried.stderr.suffix(800))")
+            #expect(retried.stdout.contains("rejected notifications examined again: 1"), "\(retried.stdout)")
+            let again = try await world.connection.query("SELECT outcome, reason, run_id FROM iap.notifications ORDER BY id")
+            #expect(try again[0].decode("outcome", as: String?.self) == "rejected" && again[0].decode("run_id", as: Int64?.self) == 4)
+            #expect(try again[1].decode("outcome", as: String?.self) == "applied")
+            #expect(try await world.count("SELECT count(*) FROM iap.transactions WHERE transaction_id = '91' AND cancellation_date IS NOT NULL") == 1)
 
             let file = world.reportRoot.appending(path: "forged.json")
             try forged.write(to: file, atomically: true, encoding: .utf8)
