@@ -70,9 +70,13 @@ struct AccountProcessor: Sendable {
         var counts = counts
         for verification in verifications {
             let (receipt, outcome) = (verification.receipt, verification.outcome)
+            // A receipt that keeps failing the same way may be set aside instead (`PersistentFailure`): a failure.
+            let persistence = PersistentFailure.decide(
+                outcome: outcome.receiptOutcome, status: outcome.finalStatus, failuresInARow: receipt.attempts + 1, policy: options.persistentFailure)
+            let receiptOutcome: ReceiptOutcome = persistence == .retry ? outcome.receiptOutcome : .failed
             if verification.local == nil && outcome.receiptOutcome != .quarantined { counts.receiptsNotDecodedLocally += 1 }
-            receiptOutcomes.append(outcome.receiptOutcome)
-            counts.receipts[outcome.receiptOutcome, default: 0] += 1
+            receiptOutcomes.append(receiptOutcome)
+            counts.receipts[receiptOutcome, default: 0] += 1
             counts.appleRequests += outcome.requests
             if let status = outcome.finalStatus { counts.appleStatuses[String(status), default: 0] += 1 }
             if outcome.receiptOutcome == .verified {
@@ -81,11 +85,15 @@ struct AccountProcessor: Sendable {
             }
             var update = update(after: verification, counts: &counts)
             if outcome.receiptOutcome != .verified {
+                var reason = outcome.reason ?? ""
+                if case .setAside(let why, let period) = persistence {
+                    (reason, update.outcome, update.nextAttemptAt) = (why + ": " + reason, .failed, now.addingTimeInterval(period))
+                }
                 // One failure, told twice in the same words: failures.csv now, the receipt row for `explain` later.
-                let failure = ReceiptFailure(reason: outcome.reason ?? "", attempts: outcome.attempts,
+                let failure = ReceiptFailure(reason: reason, attempts: outcome.attempts,
                                              endpoints: outcome.endpoints.map(\.rawValue).joined(separator: ">"))
                 failures.append(FailureRecord(
-                    accountId: work.accountId, receiptId: receipt.id, outcome: outcome.receiptOutcome, appleStatus: outcome.finalStatus,
+                    accountId: work.accountId, receiptId: receipt.id, outcome: update.outcome, appleStatus: outcome.finalStatus,
                     attempts: failure.attempts, endpoints: failure.endpoints, reason: failure.reason))
                 update.failure = failure
             }

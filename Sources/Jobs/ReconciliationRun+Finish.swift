@@ -118,6 +118,17 @@ extension ReconciliationRun {
                 (key, APIEndpointUsage(budgetPerSecond: used.budget, requests: used.requests, throttled: used.throttled, seconds: seconds))
             })
         }
+        if (options.selection.shard?.index ?? 0) == 0 {
+            // Every receipt failing --escalate-after runs in a row, whichever run selected it: one worker says it.
+            let minimum = options.persistentFailure.escalateAfter
+            let failing = try await withDatabaseRetry(logger: logger) { try await writer.failingReceipts(minimumFailures: minimum, limit: 1_000) }
+            (summary.accountsEscalated, summary.accountsEscalatedCount) = (failing.listed.isEmpty ? nil : failing.listed, failing.count)
+            if failing.count > 0 {
+                logger.warning("account.failing_for_runs", metadata: [
+                    "account.count": "\(failing.count)", "account.runs_in_a_row": "\(minimum)",
+                ])
+            }
+        }
         let finishedAt = summary.finishedAt!
         let answers = try await withDatabaseRetry(logger: logger) {
             try await writer.consumptionAnswers(since: finishedAt.addingTimeInterval(-24 * 3600), now: finishedAt)

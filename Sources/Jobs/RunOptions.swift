@@ -48,6 +48,9 @@ public struct RunOptions: Sendable {
     public var ledgerRefresh = LedgerRefresh(interval: .seconds(7 * 86_400))
     /// Failed (final) receipts are tried again after this long.
     public var failedRetryAfter: Duration = .seconds(20 * 3600)
+    /// When a receipt that keeps failing is reported on its own line, and one Apple keeps calling
+    /// malformed is set aside (`--escalate-after`; `PersistentFailure`).
+    public var persistentFailure = PersistentFailure.Policy()
     public var reportDirectory: URL?
     /// Trusted roots for Apple's signed data (DER): Apple Root CA - G3 unless
     /// `--apple-root-certificate` replaces it.

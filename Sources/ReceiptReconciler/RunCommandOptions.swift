@@ -36,6 +36,11 @@ struct RunCommandOptions: ParsableArguments {
     @Option(help: "Rewrite each account's ledger rows at least once in this long, even when Apple's answer is unchanged, so rows edited or deleted outside the job are put right (each account at its own time, about a seventh of them each night at 7d; backfill always rewrites; 0: every run).")
     var ledgerRefresh = TimeLength(RunOptions.defaults.ledgerRefresh.interval)
 
+    @Option(help: ArgumentHelp(
+        "A receipt failing this many runs in a row is reported on its own line, with Apple's last status, and the failing-receipts alert fires; one Apple called malformed (21002) this many runs in a row is set aside for 30 days. Failing never grants or revokes anything.",
+        valueName: "runs"))
+    var escalateAfter = RunOptions.defaults.persistentFailure.escalateAfter
+
     @OptionGroup var app: AppIdentityOptions
 
     @Option(help: ArgumentHelp(
@@ -57,6 +62,7 @@ struct RunCommandOptions: ParsableArguments {
 
     func validate() throws {
         guard batchSize >= 1 && batchSize <= 50_000 else { throw ValidationError("--batch-size must be between 1 and 50000") }
+        guard escalateAfter >= 1 && escalateAfter <= 1_000 else { throw ValidationError("--escalate-after must be between 1 and 1000 runs") }
         if let notificationHistorySince {
             guard let since = CommandLineTime.parse(notificationHistorySince) else {
                 throw ValidationError("--notification-history-since: not an ISO 8601 date or time: \(notificationHistorySince)")
@@ -78,6 +84,7 @@ struct RunCommandOptions: ParsableArguments {
         options.pageSize = batchSize
         options.notificationMaximumAge = notificationMaxAge.duration
         options.ledgerRefresh = LedgerRefresh(interval: ledgerRefresh.duration)
+        options.persistentFailure.escalateAfter = escalateAfter
         options.bundleIds = Set(app.configuredBundleIds())
         options.appleRootCertificates = try app.trustedRoots()
         options.appAppleId = try app.configuredAppAppleId()

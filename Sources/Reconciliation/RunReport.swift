@@ -70,6 +70,10 @@ public enum RunReport {
             lines.append("  quarantined notifications: \(summary.notificationsQuarantinedCount ?? quarantined.count) "
                 + "(each stopped the process 3 times; set aside until `backfill --retry-quarantined`; see the report)")
         }
+        if let failing = summary.accountsEscalated, !failing.isEmpty {
+            lines.append("  failing run after run: \(summary.accountsEscalatedCount ?? failing.count) receipt(s) (see the report):")
+            lines += failing.prefix(20).map { "    " + DisplayText.escaped($0) }
+        }
         if let again = summary.notificationsReexamined, again > 0 {
             lines.append("  rejected notifications examined again: \(again) (the app's configuration changed, or --retry-rejected)")
         }
@@ -212,6 +216,13 @@ public enum RunReport {
                 + "`receipt-reconciler backfill --retry-quarantined` releases them once the cause is fixed: released, each is processed "
                 + "after the others and quarantined again at its first start that does not finish.\n"
         }
+        if let failing = summary.accountsEscalated, !failing.isEmpty {
+            text += "\n## Receipts failing run after run\n\n"
+            text += list(failing)
+            text += "\n\(summary.accountsEscalatedCount ?? failing.count) receipt(s) failed `--escalate-after` runs in a row or more. "
+                + "Their accounts keep the entitlements they had (nothing is granted or revoked on a failure): a person decides. "
+                + "A receipt Apple keeps calling malformed (21002) is set aside for 30 days; `backfill --account` asks again at once.\n"
+        }
         if let quarantined = summary.accountsQuarantined, !quarantined.isEmpty {
             text += "\n## Quarantined accounts (set aside, not verified)\n\n"
             text += list(quarantined)
@@ -298,6 +309,9 @@ public enum RunReport {
             "# TYPE receipt_reconciler_last_run_quarantined gauge",
             "receipt_reconciler_last_run_quarantined{\(kind),row=\"notification\"} \(summary.notificationsQuarantinedCount ?? summary.notificationsQuarantined?.count ?? 0)",
             "receipt_reconciler_last_run_quarantined{\(kind),row=\"account\"} \(summary.accountsQuarantined?.count ?? 0)",
+            "# HELP receipt_reconciler_last_run_failing_receipts Receipts failing --escalate-after runs in a row or more at the last run's end: each needs a person.",
+            "# TYPE receipt_reconciler_last_run_failing_receipts gauge",
+            "receipt_reconciler_last_run_failing_receipts{\(kind)} \(summary.accountsEscalatedCount ?? 0)",
             "# HELP receipt_reconciler_last_run_apple_requests Requests sent to Apple in the last run.",
             "# TYPE receipt_reconciler_last_run_apple_requests gauge",
             "receipt_reconciler_last_run_apple_requests{\(kind)} \(summary.appleRequests)",

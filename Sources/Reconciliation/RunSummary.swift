@@ -161,6 +161,12 @@ public struct RunSummary: Sendable, Codable, Equatable {
     /// summaries still decode.
     public var accountsQuarantined: [String]?
 
+    /// Accounts with a receipt failing `--escalate-after` runs in a row or more, whichever run
+    /// selected them (the first 1,000, as `account A (receipt R): N runs in a row, ...`), and how
+    /// many: each on its own line in the report, and the alert's gauge.
+    public var accountsEscalated: [String]?
+    public var accountsEscalatedCount: Int?
+
     /// Receipts of another app (`foreign_bundle`: a fraud signal), listed.
     public var bundleMismatches: [String] = []
     /// Products the rules could not judge (neither the catalog nor Apple's signed type says what

@@ -144,6 +144,25 @@ extension ReconciliationStore {
         return false
     }
 
+    /// Receipts that failed `minimumFailures` runs in a row or more (docs/apple.md, "A receipt that
+    /// keeps failing"): how many, and the first `limit`, most runs first, as
+    /// `account A (receipt R): N runs in a row, OUTCOME, Apple's last status S: reason`.
+    public func failingReceipts(minimumFailures: Int, limit: Int) async throws -> (count: Int, listed: [String]) {
+        let rows = try await connection.query("""
+            SELECT account_id, id, attempts, last_outcome, last_status, last_failure_reason, count(*) OVER () AS total
+            FROM iap.app_receipts
+            WHERE attempts > 0 AND attempts >= \(minimumFailures) AND last_outcome IN ('deferred', 'failed', 'invalid_receipt', 'foreign_bundle')
+            ORDER BY attempts DESC, account_id, id LIMIT \(limit)
+            """)
+        let listed = try rows.map { row in
+            let status = try row.decode("last_status", as: Int?.self).map { "Apple's last status \($0)" } ?? "no status from Apple"
+            return "account \(try row.decode("account_id", as: String.self)) (receipt \(try row.decode("id", as: Int64.self))): "
+                + "\(try row.decode("attempts", as: Int.self)) runs in a row, \(try row.decode("last_outcome", as: String.self)), \(status): "
+                + (try row.decode("last_failure_reason", as: String?.self) ?? "")
+        }
+        return (Int(try rows.first?.decode("total", as: Int64.self) ?? 0), listed)
+    }
+
     /// Stores the run's counts (in the batch's transaction, so they match what was committed).
     public func updateRun(_ summary: RunSummary) async throws {
         let statistics = try PostgresJSON(encoding: summary)

@@ -52,6 +52,7 @@ import TestSupport
         "--receipt-id": ["backfillSelectsWhatItsOptionsName"],
         "--report-dir": ["reportOfAPastRun"],
         "--retry-rejected": ["aForgedBodyBesideAValidOneStopsNoRun"],
+        "--escalate-after": ["aReceiptFailingRunAfterRunIsReportedAndAMalformedOneSetAside"],
         "--retry-quarantined": ["aNotificationThatKillsThreeRunsInARowIsQuarantinedByTheFourth",
                                 "anAccountThatKillsThreeRunsInARowIsQuarantinedAndNoInnocentOneIs"],
         "--sandbox": ["sandboxDenyGrantsNothingFromASandboxReceipt"],
