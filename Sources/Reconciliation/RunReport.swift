@@ -208,27 +208,26 @@ public enum RunReport {
             text += "\nUnmatched notifications are tried again by later runs until they are a week old (`--notification-max-age`).\n"
             text += "V2 notifications are counted as `v2 TYPE` (`v2 TYPE/SUBTYPE`); every signed part of one is verified before it is used.\n"
         }
-        if let quarantined = summary.notificationsQuarantined, !quarantined.isEmpty {
-            text += "\n## Quarantined notifications (set aside, not processed)\n\n"
-            text += list(quarantined)
-            text += "\n\(summary.notificationsQuarantinedCount ?? quarantined.count) quarantined now. Each stopped the process every time "
+        /// A listed section: its title, the items, then what they mean.
+        func section(_ title: String, _ items: [String]?, _ note: (Int) -> String) -> String {
+            guard let items, !items.isEmpty else { return "" }
+            return "\n## \(title)\n\n" + list(items) + "\n" + note(items.count) + "\n"
+        }
+        text += section("Quarantined notifications (set aside, not processed)", summary.notificationsQuarantined) { listed in
+            "\(summary.notificationsQuarantinedCount ?? listed) quarantined now. Each stopped the process every time "
                 + "it was processed. Runs skip them, and list them here every night until "
                 + "`receipt-reconciler backfill --retry-quarantined` releases them once the cause is fixed: released, each is processed "
-                + "after the others and quarantined again at its first start that does not finish.\n"
+                + "after the others and quarantined again at its first start that does not finish."
         }
-        if let failing = summary.accountsEscalated, !failing.isEmpty {
-            text += "\n## Receipts failing run after run\n\n"
-            text += list(failing)
-            text += "\n\(summary.accountsEscalatedCount ?? failing.count) receipt(s) failed `--escalate-after` runs in a row or more. "
+        text += section("Receipts failing run after run", summary.accountsEscalated) { listed in
+            "\(summary.accountsEscalatedCount ?? listed) receipt(s) failed `--escalate-after` runs in a row or more. "
                 + "Their accounts keep the entitlements they had (nothing is granted or revoked on a failure): a person decides. "
-                + "A receipt Apple keeps calling malformed (21002) is set aside for 30 days; `backfill --account` asks again at once.\n"
+                + "A receipt Apple keeps calling malformed (21002) is set aside for 30 days; `backfill --account` asks again at once."
         }
-        if let quarantined = summary.accountsQuarantined, !quarantined.isEmpty {
-            text += "\n## Quarantined accounts (set aside, not verified)\n\n"
-            text += list(quarantined)
-            text += "\nEach stopped the process three times in a row while it was verified alone. Their receipts fail unread "
+        text += section("Quarantined accounts (set aside, not verified)", summary.accountsQuarantined) { _ in
+            "Each stopped the process three times in a row while it was verified alone. Their receipts fail unread "
                 + "(nothing granted, nothing revoked) until `receipt-reconciler backfill --retry-quarantined` releases them "
-                + "once the cause is fixed.\n"
+                + "once the cause is fixed."
         }
         if let rejected = summary.notificationsRejected, !rejected.isEmpty {
             text += "\n## Rejected notifications (nothing of them was used)\n\n"
