@@ -71,8 +71,9 @@ struct AccountProcessor: Sendable {
         for verification in verifications {
             let (receipt, outcome) = (verification.receipt, verification.outcome)
             // A receipt that keeps failing the same way may be set aside instead (`PersistentFailure`): a failure.
+            let malformed = PersistentFailure.malformedInARow(outcome: outcome.receiptOutcome, status: outcome.finalStatus, before: receipt.malformedRuns)
             let persistence = PersistentFailure.decide(
-                outcome: outcome.receiptOutcome, status: outcome.finalStatus, failuresInARow: receipt.attempts + 1, policy: options.persistentFailure)
+                outcome: outcome.receiptOutcome, status: outcome.finalStatus, malformedInARow: malformed, policy: options.persistentFailure)
             let receiptOutcome: ReceiptOutcome = persistence == .retry ? outcome.receiptOutcome : .failed
             if verification.local == nil && outcome.receiptOutcome != .quarantined { counts.receiptsNotDecodedLocally += 1 }
             receiptOutcomes.append(receiptOutcome)
@@ -84,6 +85,7 @@ struct AccountProcessor: Sendable {
                 if let facts = verification.facts { verified.append(facts) }
             }
             var update = update(after: verification, counts: &counts)
+            update.malformedRuns = malformed
             if outcome.receiptOutcome != .verified {
                 var reason = outcome.reason ?? ""
                 if case .setAside(let why, let period) = persistence {

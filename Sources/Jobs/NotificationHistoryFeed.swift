@@ -36,7 +36,7 @@ struct NotificationHistoryFeed: Sendable {
     /// Reads `environment` from where it stands to `now`, slice after slice, page after page,
     /// storing each page and then where the read stands.
     func pull(_ environment: AppleEnvironment, now: Date) async throws -> NotificationHistoryRead {
-        let progress = try await store.notificationHistoryProgress(environment)
+        let progress = try await withDatabaseRetry(logger: logger) { try await store.notificationHistoryProgress(environment) }
         guard let plan = NotificationHistoryPlan.make(
             watermark: progress.watermark, unfinished: progress.unfinished, firstSince: firstSince, now: now,
             sandbox: environment == .sandbox, sliceLength: sliceLength)
@@ -66,7 +66,7 @@ struct NotificationHistoryFeed: Sendable {
                 // Apple no longer takes the token a run kept: the slice again from its first page.
                 refusedTokenOnce = true
                 token = nil
-                try await store.keepNotificationHistorySlice(environment, slice, token: nil)
+                try await withDatabaseRetry(logger: logger) { [slice] in try await store.keepNotificationHistorySlice(environment, slice, token: nil) }
                 logger.notice("notification_history.token_refused", metadata: [
                     "notification_history.environment": "\(environment.rawValue)", "notification_history.code": "\(code)",
                 ])
@@ -75,7 +75,7 @@ struct NotificationHistoryFeed: Sendable {
                 if case .unauthorized(let reason) = failure { secretGuard.noteUnauthorized(reason) }
                 if case .failed(_, Self.startTooFarInPast?, _) = failure {
                     // Apple's limit is nearer than documented: what was kept of this slice is of no use now.
-                    try await store.keepNotificationHistorySlice(environment, slice, token: nil)
+                    try await withDatabaseRetry(logger: logger) { [slice] in try await store.keepNotificationHistorySlice(environment, slice, token: nil) }
                     read.error = "Apple no longer serves notifications from \(Timestamp.format(slice.start)) (4000012): " + (read.error ?? "")
                 }
                 logger.warning("notification_history.incomplete", metadata: [
@@ -87,7 +87,8 @@ struct NotificationHistoryFeed: Sendable {
                 read.pages += 1
                 read.received += answer.signedPayloads.count
                 try mayDie?(.received)
-                read.stored += try await store.insert(bodies: answer.signedPayloads.map(Self.body), byUUIDOnly: true)
+                let bodies = answer.signedPayloads.map(Self.body)
+                read.stored += try await withDatabaseRetry(logger: logger) { try await store.insert(bodies: bodies, byUUIDOnly: true) }
                 try mayDie?(.stored)
                 if answer.hasMore {
                     guard let next = answer.paginationToken, next != token else {
@@ -95,10 +96,10 @@ struct NotificationHistoryFeed: Sendable {
                         return read
                     }
                     token = next
-                    try await store.keepNotificationHistorySlice(environment, slice, token: next)
+                    try await withDatabaseRetry(logger: logger) { [slice] in try await store.keepNotificationHistorySlice(environment, slice, token: next) }
                     continue
                 }
-                try await store.finishNotificationHistorySlice(environment, slice)
+                try await withDatabaseRetry(logger: logger) { [slice] in try await store.finishNotificationHistorySlice(environment, slice) }
                 (read.slices, read.readUntil) = (read.slices + 1, slice.end)
                 guard let following = plan.slice(after: slice) else {
                     read.complete = true

@@ -38,7 +38,6 @@ extension ReconciliationRun {
                 let released = try await sessions.notifications.releaseQuarantined()
                 logger.notice("notification.quarantine_released", metadata: ["notification.count": "\(released)"])
             }
-            try await readNotificationHistory(context, summary: &summary)
             let verifier = try signedData.get()
             let reopened = try await withDatabaseRetry(logger: logger) {
                 try await sessions.notifications.reopenRejected(configuration: verifier.configuration.fingerprint, all: options.retriesRejected)
@@ -52,7 +51,13 @@ extension ReconciliationRun {
             let processor = NotificationProcessor(
                 store: sessions.notifications, sharedSecret: sharedSecret,
                 verifier: verifier, maximumAge: options.notificationMaximumAge, logger: logger)
+            // What the app server stored first, then the history, then what the history added: a
+            // forged or mangled copy the app server stored under a real notificationUUID is rejected
+            // before the history is read, so Apple's own copy is stored beside it, not kept out.
             try await processor.process(runId: summary.runId, now: now, summary: &summary)
+            if try await readNotificationHistory(context, summary: &summary) {
+                try await processor.process(runId: summary.runId, now: now, summary: &summary)
+            }
             try await writer.updateRun(summary)
         }
         let report = try RunReportWriter(
@@ -64,9 +69,11 @@ extension ReconciliationRun {
 
     /// Get Notification History into `iap.notifications`, before they are processed: one worker
     /// reads it (shard 0, or the only one), for each environment, within the API's budget.
-    func readNotificationHistory(_ context: RunContext, summary: inout RunSummary) async throws {
+    /// True when it stored a notification.
+    @discardableResult
+    func readNotificationHistory(_ context: RunContext, summary: inout RunSummary) async throws -> Bool {
         let (now, logger) = (context.now, context.logger)
-        guard options.readsNotificationHistory, let serverAPI, (options.selection.shard?.index ?? 0) == 0 else { return }
+        guard options.readsNotificationHistory, let serverAPI, (options.selection.shard?.index ?? 0) == 0 else { return false }
         let feed = NotificationHistoryFeed(
             client: serverAPI, store: sessions.notifications,
             firstSince: options.notificationHistorySince, secretGuard: secretGuard, logger: logger)
@@ -76,6 +83,7 @@ extension ReconciliationRun {
             summary.appleRequests += reads.last!.requests
         }
         summary.notificationHistory = reads
+        return reads.contains { $0.stored > 0 }
     }
 
     /// The accounts this run takes: those selected, or, for a rolling run, its plan written to

@@ -35,6 +35,10 @@ public struct NotificationHistoryPlan: Sendable, Equatable {
     /// Kept off Apple's limit, so that a request made a little later than planned, or a clock a
     /// little off Apple's, is not refused.
     public static let limitMargin: TimeInterval = 3600
+    /// A kept slice is taken up at its token while its start is this far inside Apple's limit: a
+    /// catch-up begun at the margin, a day older the next night, must still be taken up, or a
+    /// backlog at the limit would lose its token every night and never catch up.
+    public static let resumeMargin: TimeInterval = 600
     /// The first read without `--notification-history-since`.
     public static let firstLookBack: TimeInterval = 30 * 86_400
     public static let defaultSliceLength: TimeInterval = 86_400
@@ -49,7 +53,8 @@ public struct NotificationHistoryPlan: Sendable, Equatable {
         let end = Self.second(now, up: false)
         let oldest = Self.second(now.addingTimeInterval(-servedFor(sandbox: sandbox) + limitMargin), up: true)
         let length = max(1, sliceLength.rounded(.down))
-        if let unfinished, unfinished.slice.start >= oldest, unfinished.slice.end <= end, unfinished.slice.start < unfinished.slice.end {
+        let served = now.addingTimeInterval(-servedFor(sandbox: sandbox) + resumeMargin)
+        if let unfinished, unfinished.slice.start >= served, unfinished.slice.end <= end, unfinished.slice.start < unfinished.slice.end {
             return NotificationHistoryPlan(first: unfinished.slice, resumeToken: unfinished.token, unreachable: nil, end: end, sliceLength: length)
         }
         // A slice left halfway that Apple no longer serves whole is read again from where it can be.
@@ -62,10 +67,13 @@ public struct NotificationHistoryPlan: Sendable, Equatable {
             unreachable: wanted < oldest ? NotificationHistorySlice(start: wanted, end: oldest) : nil, end: end, sliceLength: length)
     }
 
-    /// The slice after `slice`, or nil when `slice` reached the run's start.
+    /// The slice after `slice`, or nil when `slice` reached the run's start. After a slice taken
+    /// up at its token, the next starts the overlap before its end: what Apple recorded late into
+    /// the pages an earlier run read is read again, as after any watermark.
     public func slice(after slice: NotificationHistorySlice) -> NotificationHistorySlice? {
         guard slice.end < end else { return nil }
-        return Self.slice(from: slice.end, length: sliceLength, end: end)
+        let start = resumeToken != nil && slice == first ? max(slice.start, slice.end.addingTimeInterval(-Self.overlap)) : slice.end
+        return Self.slice(from: start, length: sliceLength, end: end)
     }
 
     /// A slice of `length` from `start`, stretched to `end` when less than a quarter of a slice would

@@ -26,24 +26,31 @@ public enum PersistentFailure {
         case setAside(reason: String, for: TimeInterval)
     }
 
-    /// The decision for a receipt that failed `failuresInARow` runs in a row (this one included)
-    /// with `outcome` and Apple's last `status`.
+    /// The decision for a receipt whose blob Apple called malformed `malformedInARow` runs in a
+    /// row (this one included: 0 when this run's answer was not 21002), with `outcome` and Apple's
+    /// last `status`.
     ///
     /// - 21002 ("malformed", which Apple also answers for a passing trouble) is retried within a
-    ///   run and deferred; the same answer `escalateAfter` runs in a row is the receipt, not
-    ///   Apple: it is set aside, instead of costing every attempt of every night.
+    ///   run and deferred; the same answer for the same blob `escalateAfter` runs in a row is the
+    ///   receipt, not Apple: it is set aside, instead of being asked for every night. A new blob
+    ///   starts over (`iap.receipt_blob_replaced`).
     /// - 21010 ("the user account cannot be found or has been deleted") is final for the night
     ///   and retried after 20 hours like any final failure: Apple did not say the purchases ended,
     ///   so access is neither granted nor revoked on it (a deleted Apple ID's refunds still come as
     ///   notifications), and after `escalateAfter` runs the account is reported for a person to
     ///   decide.
-    public static func decide(outcome: ReceiptOutcome, status: Int?, failuresInARow: Int, policy: Policy) -> Decision {
-        if outcome == .deferred, status == 21002, failuresInARow >= policy.escalateAfter {
+    public static func decide(outcome: ReceiptOutcome, status: Int?, malformedInARow: Int, policy: Policy) -> Decision {
+        if outcome == .deferred, status == 21002, malformedInARow >= policy.escalateAfter {
             let days = Int((policy.setAsideFor / 86_400).rounded())
             return .setAside(
-                reason: "set aside for \(days) days: Apple called the receipt malformed (21002) \(failuresInARow) runs in a row", for: policy.setAsideFor)
+                reason: "set aside for \(days) days: Apple called the receipt malformed (21002) \(malformedInARow) runs in a row", for: policy.setAsideFor)
         }
         return .retry
+    }
+
+    /// Runs in a row Apple called the blob malformed, after this run's answer.
+    public static func malformedInARow(outcome: ReceiptOutcome, status: Int?, before: Int) -> Int {
+        outcome == .deferred && status == 21002 ? before + 1 : 0
     }
 
     /// Whether an account with a receipt failing this many runs in a row is reported on its own line.

@@ -125,7 +125,8 @@ public struct NotificationStore: Sendable {
     /// would; or quarantines it when its earlier starts never finished.
     public func start(_ id: Int64, runId: Int64, now: Date) async throws -> Start {
         let limit = Self.quarantineAfterUnfinishedStarts
-        let reason = "processing started \(limit) times and never finished: the process died each time (a crash or an out-of-memory kill)"
+        let reason = "processing started \(limit) times and never finished: the process died each time (a crash or an out-of-memory kill; "
+            + "once is enough for one on probation after its release)"
         let rows = try await connection.query("""
             WITH free AS (SELECT id FROM iap.notifications WHERE id = \(id) FOR NO KEY UPDATE SKIP LOCKED),
             started AS (

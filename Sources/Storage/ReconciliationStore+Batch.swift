@@ -62,6 +62,7 @@ extension ReconciliationStore {
                 last_status      = CASE WHEN r.xmin::text = u.row_version THEN u.status ELSE r.last_status END,
                 next_attempt_at  = CASE WHEN r.xmin::text = u.row_version THEN u.next_attempt_at ELSE r.next_attempt_at END,
                 attempts         = CASE WHEN r.xmin::text = u.row_version THEN u.attempts ELSE r.attempts END,
+                malformed_runs   = CASE WHEN r.xmin::text = u.row_version THEN u.malformed_runs ELSE r.malformed_runs END,
                 last_outcome     = CASE WHEN r.xmin::text = u.row_version THEN u.outcome ELSE r.last_outcome END,
                 last_failure_reason    = CASE WHEN r.xmin::text = u.row_version THEN u.failure_reason ELSE r.last_failure_reason END,
                 last_failure_attempts  = CASE WHEN r.xmin::text = u.row_version THEN u.failure_attempts ELSE r.last_failure_attempts END,
@@ -102,10 +103,11 @@ extension ReconciliationStore {
                         \(PostgresArray(updates.map(\.localDecodeDigest)))::bigint[],
                         \(PostgresArray(updates.map { $0.failure?.reason }))::text[],
                         \(PostgresArray(updates.map { $0.failure?.attempts }))::integer[],
-                        \(PostgresArray(updates.map { $0.failure?.endpoints }))::text[])
+                        \(PostgresArray(updates.map { $0.failure?.endpoints }))::text[],
+                        \(PostgresArray(updates.map(\.malformedRuns)))::integer[])
                 AS u(id, row_version, environment, verified_at, status, next_attempt_at, attempts, outcome, latest_receipt,
                      local_bundle_id, local_originals, ledger_digest, ledger_originals, decoded_digest,
-                     failure_reason, failure_attempts, failure_endpoints)
+                     failure_reason, failure_attempts, failure_endpoints, malformed_runs)
             WHERE r.id = u.id
             """)
     }

@@ -17,6 +17,8 @@ public struct StoredReceipt: Sendable {
     public var environment: AppleEnvironment?
     /// Failed attempts since the last answer.
     public var attempts: Int
+    /// Runs in a row Apple called this blob malformed (21002).
+    public var malformedRuns = 0
     /// The row's `xmin` when read: a later write by the app server changes it, and then this
     /// run neither replaces the blob nor marks the newer one verified.
     public var rowVersion: String
@@ -59,6 +61,8 @@ public struct ReceiptUpdate: Sendable {
     public var status: Int?
     public var nextAttemptAt: Date?
     public var attempts: Int
+    /// Runs in a row Apple called the blob malformed (21002), this one included; 0 otherwise.
+    public var malformedRuns = 0
     public var outcome: ReceiptOutcome
     /// Apple's fresher blob, when it differs and is valid base64.
     public var latestReceipt: String?

@@ -8,7 +8,8 @@ import TestSupport
 /// A receipt that keeps failing (docs/apple.md, "A receipt that keeps failing"), through the
 /// executable: at `--escalate-after` runs in a row its account is reported on its own line with
 /// Apple's last status, in the summary, the report and the gauge; one Apple keeps calling malformed
-/// (21002) is set aside for 30 days; one whose Apple account is gone (21010) keeps its entitlement.
+/// (21002) is set aside for 30 days, until its blob is replaced; one whose Apple account is gone
+/// (21010) keeps its entitlement.
 @Suite struct EscalationTests {
     @Test func aReceiptFailingRunAfterRunIsReportedAndAMalformedOneSetAside() async throws {
         try await RunWorld.with("escalation") { world in
@@ -47,6 +48,15 @@ import TestSupport
                 SELECT next_attempt_at < now() + interval '21 hours' AS soon FROM iap.app_receipts WHERE account_id = 'gone'
                 """)[0]
             #expect(try gone.decode("soon", as: Bool.self))
+            #expect(try await world.count("SELECT malformed_runs FROM iap.app_receipts WHERE account_id = 'malformed'") == 3)
+            #expect(try await world.count("SELECT malformed_runs FROM iap.app_receipts WHERE account_id = 'gone'") == 0, "21010 is no malformed blob")
+            // The app server stores a new blob (a restore): set aside no more, due at once, its count started over.
+            let restored = syntheticReceipt(["generate": ["subscriptions": [world.subscription(original: "79", endDays: 20)]]])
+            try await world.connection.execute("UPDATE iap.app_receipts SET latest_receipt = \(restored) WHERE account_id = 'malformed'")
+            let replaced = try await world.connection.query("""
+                SELECT next_attempt_at IS NULL AS due, malformed_runs FROM iap.app_receipts WHERE account_id = 'malformed'
+                """)[0]
+            #expect(try replaced.decode("due", as: Bool.self) && replaced.decode("malformed_runs", as: Int.self) == 0)
             // Nothing granted or revoked on a failure: the entitlement is as it was; the payer was verified every night.
             #expect(try await world.entitlements()["gone/pro.monthly"]?.state == .active)
             #expect(try await world.count("SELECT attempts FROM iap.app_receipts WHERE account_id = 'payer'") == 0)

@@ -60,8 +60,9 @@ import Testing
         }
     }
 
-    /// A forged body posted with a real notification's UUID before Apple's copy arrived: once it is
-    /// rejected, Apple's copy from the notification history is stored beside it and applied.
+    /// A forged body posted with a real notification's UUID before Apple's copy arrived: the run
+    /// processes what is stored before it reads the history, so the forged body is rejected first,
+    /// and Apple's copy from the notification history is stored beside it and applied, that night.
     @Test func aForgedBodyWithARealNotificationsUUIDDoesNotKeepApplesCopyOut() async throws {
         let now = Date()
         let nowMs = Int64(now.timeIntervalSince1970 * 1000)
@@ -69,7 +70,6 @@ import Testing
             try await NotificationHistoryTests.payer(world, nowMs: nowMs)
             let squatter = try V2Notifications.body("TEST", uuid: "00000000-0000-4000-8000-000000000060")  // an untrusted chain
             #expect(try await V2Notifications.ingest(world, [squatter]) == 1)
-            try await world.connection.execute("UPDATE iap.notifications SET outcome = 'rejected', reason = 'jws_invalid: chain', processed_at = now()")
 
             let (summary, _) = try await world.run(NotificationHistoryTests.options(world), apiBudget: true)
             let read = try #require(summary.notificationHistory?.first { $0.environment == "Production" })
@@ -77,6 +77,7 @@ import Testing
             #expect(summary.notifications["v2 REFUND"]?[.applied] == 1, "\(summary.notifications)")
             #expect(try await world.entitlements()["payer/pro.monthly"]?.state == .refunded)
             #expect(try await world.count("SELECT count(*) FROM iap.notifications") == 2)
+            #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE outcome = 'rejected'") == 1)
         }
     }
 }

@@ -44,11 +44,25 @@ import Testing
         let plan = try #require(NotificationHistoryPlan.make(
             watermark: Self.at(20, hours: 1), unfinished: (kept, "n-40"), firstSince: nil, now: Self.now, sandbox: false))
         #expect(plan.first == kept && plan.resumeToken == "n-40")
-        #expect(plan.slice(after: kept) == NotificationHistorySlice(start: Self.at(19), end: Self.at(18)))
+        // The next slice reads the last hour of the kept one again: its first pages were read a night ago.
+        #expect(plan.slice(after: kept) == NotificationHistorySlice(start: Self.at(19, hours: -1), end: Self.at(18, hours: -1)))
         // The same slice in the sandbox, 20 days on: no longer served whole; read again from where it is, without the token.
         let old = NotificationHistorySlice(start: Self.at(35), end: Self.at(34))
         let late = try #require(NotificationHistoryPlan.make(watermark: nil, unfinished: (old, "n-40"), firstSince: nil, now: Self.now, sandbox: true))
         #expect(late.resumeToken == nil && late.unreachable?.start == Self.at(35) && late.first.start == late.unreachable?.end)
+    }
+
+    /// A backlog at Apple's limit: the first night starts at the limit (less its margin), finishes
+    /// a slice and stops inside the next; the next night, a day and some seconds later, that kept
+    /// slice is a day older against the limit and is still taken up at its token, not begun again.
+    @Test func aSliceKeptAtTheLimitIsTakenUpTheNextNight() throws {
+        let first = try #require(NotificationHistoryPlan.make(watermark: Self.at(200), unfinished: nil, firstSince: nil, now: Self.now, sandbox: false))
+        #expect(first.first.start == Self.at(180, hours: 1).addingTimeInterval(1))
+        let kept = try #require(first.slice(after: first.first))
+        let later = Self.now.addingTimeInterval(Self.day + 30)
+        let plan = try #require(NotificationHistoryPlan.make(
+            watermark: first.first.end, unfinished: (kept, "t"), firstSince: nil, now: later, sandbox: false))
+        #expect(plan.resumeToken == "t" && plan.first == kept && plan.unreachable == nil)
     }
 
     @Test func nothingToReadWhenTheWatermarkIsAtTheRunsStart() {

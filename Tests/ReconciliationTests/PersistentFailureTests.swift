@@ -8,7 +8,7 @@ import Testing
     static let policy = PersistentFailure.Policy(escalateAfter: 7)
 
     @Test(arguments: [
-        // (outcome, status, runs in a row, set aside?)
+        // (outcome, status, runs in a row Apple called this blob malformed, set aside?)
         (ReceiptOutcome.deferred, 21002 as Int?, 6, false),  // not yet: Apple's passing trouble looks the same
         (.deferred, 21002, 7, true),
         (.deferred, 21002, 30, true),
@@ -20,13 +20,24 @@ import Testing
         (.verified, nil, 0, false),
     ])
     func setAsideOnlyWhatAppleKeepsCallingMalformed(outcome: ReceiptOutcome, status: Int?, runs: Int, setAside: Bool) {
-        let decision = PersistentFailure.decide(outcome: outcome, status: status, failuresInARow: runs, policy: Self.policy)
+        let decision = PersistentFailure.decide(outcome: outcome, status: status, malformedInARow: runs, policy: Self.policy)
         if setAside {
             #expect(decision == .setAside(reason: "set aside for 30 days: Apple called the receipt malformed (21002) \(runs) runs in a row",
                                           for: 30 * 86_400))
         } else {
             #expect(decision == .retry)
         }
+    }
+
+    /// Only 21002 after 21002 counts: six nights of Apple's 5xx and one 21002 are one, not seven.
+    @Test func onlyMalformedAfterMalformedCounts() {
+        var runs = 0
+        for status in [500, 500, 500, 500, 500, 500, 21002] as [Int?] {
+            runs = PersistentFailure.malformedInARow(outcome: .deferred, status: status, before: runs)
+        }
+        #expect(runs == 1)
+        #expect(PersistentFailure.malformedInARow(outcome: .verified, status: 0, before: 6) == 0)
+        #expect(PersistentFailure.malformedInARow(outcome: .deferred, status: 21002, before: 6) == 7)
     }
 
     @Test func escalatedFromTheLimitOn() {
