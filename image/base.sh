@@ -9,10 +9,14 @@ tag=${1:-localhost/receipt-reconciler-base:bookworm}
 work=$(mktemp -d /tmp/receipt-reconciler-base.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-# The mirror apt uses (deb822 or one-line sources), else Debian's own.
+# The mirror apt uses (deb822 or one-line sources): the machine's own, never one named here.
 mirror=$(grep -hsoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list \
     /etc/apt/sources.list | head -n 1 | awk '{print $2}' | sed 's:/$::' || true)
-mirror=${mirror:-http://deb.debian.org/debian}
+if [ -z "$mirror" ]; then
+    echo "image/base.sh: apt on this machine names no Debian mirror (in /etc/apt/sources.list.d/*.sources, *.list or" >&2
+    echo "/etc/apt/sources.list); the base image is made from the mirror apt already uses: configure apt first" >&2
+    exit 2
+fi
 
 mmdebstrap --quiet --variant=extract --include=libpq5,libcurl4,libstdc++6,ca-certificates \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
