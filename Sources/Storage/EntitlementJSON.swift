@@ -7,7 +7,7 @@ import Reconciliation
 /// Entitlements as stored in `iap.corrections.before/after`: every column, times with
 /// microseconds (what PostgreSQL keeps), so `jsonb_populate_record` rebuilds the exact row and a
 /// stored row compares equal to the `before` it was planned against.
-enum EntitlementJSON {
+package enum EntitlementJSON {
     static let decoder: JSONDecoder = {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in
@@ -22,7 +22,7 @@ enum EntitlementJSON {
 
     /// Written by hand, keys in sorted order as `JSONEncoder` with `.sortedKeys` wrote them: every
     /// planned correction writes two of these, and `JSONEncoder` was 4 % of a run's CPU.
-    static func encode(_ entitlement: Entitlement?) throws -> String? {
+    package static func encode(_ entitlement: Entitlement?) throws -> String? {
         guard let entitlement else { return nil }
         var json: [UInt8] = []
         json.reserveCapacity(512)

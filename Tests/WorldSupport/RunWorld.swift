@@ -7,7 +7,7 @@ import Logging
 import Postgres
 import Reconciliation
 import SchemaMigrations
-@testable import Storage
+import Storage
 import TestSupport
 
 /// A migrated database of its own, the simulator, and helpers to build accounts with known truth.

@@ -8,7 +8,7 @@ import Logging
 import Postgres
 import Reconciliation
 import SchemaMigrations
-@testable import Storage
+import Storage
 import Testing
 import TestSupport
 
