@@ -23,14 +23,15 @@ struct NotificationProcessor: Sendable {
     /// started first, then the suspects (a process died on them, or `--retry-quarantined` released
     /// them), so that one still poisonous stops the run only once the others are done. A
     /// notification another process held (the consumption job, another shard) is tried once more
-    /// at the end, and counted if still held: the next run takes it.
-    func process(runId: Int64, now: Date, summary: inout RunSummary) async throws {
+    /// at the end, and counted if still held: the next run takes it. `storedAfter`: only those
+    /// stored after that id (what the notification history added, after a first pass).
+    func process(runId: Int64, now: Date, storedAfter: Int64? = nil, summary: inout RunSummary) async throws {
         var held: [NotificationStore.Pending] = []
         for suspects in [false, true] {
             var after: (Date, Int64)?
             while true {
                 let page = try await withDatabaseRetry(logger: logger) { [after] in
-                    try await store.unprocessed(after: after, suspects: suspects, limit: 500)
+                    try await store.unprocessed(after: after, suspects: suspects, storedAfter: storedAfter, limit: 500)
                 }
                 guard let last = page.last else { break }
                 after = (last.receivedAt, last.id)

@@ -54,9 +54,12 @@ extension ReconciliationRun {
             // What the app server stored first, then the history, then what the history added: a
             // forged or mangled copy the app server stored under a real notificationUUID is rejected
             // before the history is read, so Apple's own copy is stored beside it, not kept out.
+            // The second pass takes only rows stored since the first: an unmatched notification, left
+            // due by the first, is not processed (nor counted) twice in one run.
             try await processor.process(runId: summary.runId, now: now, summary: &summary)
+            let storedBefore = try await withDatabaseRetry(logger: logger) { try await sessions.notifications.lastStoredId() }
             if try await readNotificationHistory(context, summary: &summary) {
-                try await processor.process(runId: summary.runId, now: now, summary: &summary)
+                try await processor.process(runId: summary.runId, now: now, storedAfter: storedBefore, summary: &summary)
             }
             try await writer.updateRun(summary)
         }

@@ -94,11 +94,12 @@ public struct NotificationStore: Sendable {
     /// The next unprocessed notifications after `after`, oldest first: candidates only, each is
     /// claimed (`claim`, which decides) in the transaction that processes it.
     /// `suspects`: those a start never finished (a process died on them, or they were released from
-    /// quarantine), instead of the others.
-    public func unprocessed(after: (Date, Int64)?, suspects: Bool = false, limit: Int) async throws -> [Pending] {
+    /// quarantine), instead of the others. `storedAfter`: only rows stored after that id.
+    public func unprocessed(after: (Date, Int64)?, suspects: Bool = false, storedAfter: Int64? = nil, limit: Int) async throws -> [Pending] {
         return try await connection.query("""
             SELECT id, received_at, body::text AS body FROM iap.notifications
             WHERE processed_at IS NULL AND quarantined_at IS NULL AND (unfinished_starts > 0) = \(suspects)
+              AND id > \(storedAfter ?? 0)
               AND (\(after?.0)::timestamptz IS NULL OR (received_at, id) > (\(after?.0), \(after?.1)))
             ORDER BY received_at, id LIMIT \(limit)
             """).map { Pending(id: try $0.decode("id"), receivedAt: try $0.decode("received_at"), body: try $0.decode("body")) }
@@ -168,6 +169,11 @@ public struct NotificationStore: Sendable {
             UPDATE iap.notifications SET unfinished_starts = greatest(unfinished_starts - 1, 0)
             WHERE id = \(id) AND run_id = \(runId) AND processed_at IS NULL AND quarantined_at IS NULL
             """)
+    }
+
+    /// The id of the last notification stored so far (0 when none).
+    public func lastStoredId() async throws -> Int64 {
+        try await connection.query("SELECT COALESCE(max(id), 0) AS id FROM iap.notifications")[0].decode("id")
     }
 
     /// Whether a notification was processed (by whoever held it meanwhile).
