@@ -7,6 +7,7 @@ import Reconciliation
 import SignedData
 import Storage
 import Locking
+import Postgres
 
 /// The safety limit, applying, and how the run ended, written everywhere.
 extension ReconciliationRun {
@@ -159,8 +160,17 @@ extension ReconciliationRun {
     /// report it can, and rethrows.
     func recordFailure(_ error: any Error, summary: inout RunSummary, writer: ReconciliationStore,
                                report: RunReportWriter?) async throws -> Never {
-        summary.status = .failed
-        summary.error = "\(error)"
+        // A stop cancels the statement the run still waits on half a second later (a lock, a
+        // slow read): its transaction is rolled back and the run ends interrupted, its committed
+        // batches whole (docs/operating.md, "Stopping a statement").
+        let stopped = stopRequested.withLock { $0 } && (error as? PostgresError)?.isStatementCancelled == true
+        // The summary in hand may predate batches committed since (a failure while verifying):
+        // each batch stored the run's counts with it, and those are what was done.
+        if let stored = try? await writer.runSummary(runId: summary.runId), stored.accountsProcessed > summary.accountsProcessed {
+            summary = stored
+        }
+        summary.status = stopped ? .interrupted : .failed
+        summary.error = stopped ? "stopped while waiting on the database; that statement was cancelled and its transaction rolled back: \(error)" : "\(error)"
         summary.finishedAt = Date()
         try? await writer.takeBackStarts(runId: summary.runId)
         try? await writer.updateRun(summary)

@@ -11,14 +11,16 @@ final class ConnectionHandle: @unchecked Sendable {
     private let connectionString: String
     private let applicationName: String
     private let target: String
+    private let canceller: StatementCanceller
     private var isClosed = false
     /// Set between BEGIN and COMMIT/ROLLBACK: a lost connection must not silently reconnect mid-transaction.
     private(set) var isInTransaction = false
 
-    init(connectionString: String, applicationName: String, target: String) {
+    init(connectionString: String, applicationName: String, target: String, canceller: StatementCanceller) {
         self.connectionString = connectionString
         self.applicationName = applicationName
         self.target = target
+        self.canceller = canceller
     }
 
     deinit {
@@ -47,6 +49,7 @@ final class ConnectionHandle: @unchecked Sendable {
             throw PostgresError(code: .connectionFailed, phase: .connect, message: "could not connect to \(target): \(reason)")
         }
         self.connection = connection
+        canceller.connected(connection)
         // Server notices ("schema already exists, skipping") are not errors; libpq would print them to stderr.
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
         // One clock and one text format for every value this code reads and writes.
@@ -87,6 +90,7 @@ final class ConnectionHandle: @unchecked Sendable {
 
     /// The only place a `PGconn` is freed.
     private func finish(_ connection: OpaquePointer) {
+        if connection == self.connection { canceller.disconnected() }
         PQfinish(connection)
         LiveConnections.finished(target)
     }

@@ -17,19 +17,23 @@ import Logging
 public final class PostgresConnection: Sendable {
     let thread: BlockingThread
     let handle: ConnectionHandle
+    /// Cancels the statement this connection waits on when its task is cancelled.
+    let canceller: StatementCanceller
     /// host, port, database and user, for logs; never the password.
     public let target: String
     /// Where what the caller cannot be told goes: a ROLLBACK that failed after the error it answers.
     let logger: Logger
 
-    private init(thread: BlockingThread, handle: ConnectionHandle, target: String, logger: Logger) {
+    private init(thread: BlockingThread, handle: ConnectionHandle, canceller: StatementCanceller, target: String, logger: Logger) {
         self.thread = thread
         self.handle = handle
+        self.canceller = canceller
         self.target = target
         self.logger = logger
     }
 
     deinit {
+        RunningStatements.unregister(canceller)
         let handle = self.handle
         thread.finish { handle.close() }
     }
@@ -44,8 +48,10 @@ public final class PostgresConnection: Sendable {
         }
         let target = describe(connectionString)
         let thread = BlockingThread(name: "libpq")
-        let handle = ConnectionHandle(connectionString: connectionString, applicationName: applicationName, target: target)
-        let connection = PostgresConnection(thread: thread, handle: handle, target: target, logger: logger)
+        let canceller = StatementCanceller()
+        let handle = ConnectionHandle(connectionString: connectionString, applicationName: applicationName, target: target, canceller: canceller)
+        let connection = PostgresConnection(thread: thread, handle: handle, canceller: canceller, target: target, logger: logger)
+        RunningStatements.register(canceller)
         try await connection.onThread { handle in try handle.connect() }
         return connection
     }
@@ -110,12 +116,28 @@ public final class PostgresConnection: Sendable {
         try await onThread { handle in try handle.notifications() }
     }
 
+    /// How long a statement may go on after its task was cancelled before it is cancelled too:
+    /// one still running then waits on something (a lock, a `pg_sleep`), while one about to finish
+    /// (a batch's commit) is left to finish.
+    public static let cancellationGrace: Duration = .milliseconds(500)
+
+    /// Runs `body` on the connection's thread. When the awaiting task is cancelled, the statement
+    /// is cancelled on the server if it is still running `cancellationGrace` later (it then fails
+    /// with SQLSTATE 57014). A task cancelled already runs its statements to the end: they are its
+    /// rollback and its cleanup.
     func onThread<Result: Sendable>(
         _ body: @escaping @Sendable (ConnectionHandle) throws -> Result
     ) async throws(PostgresError) -> Result {
-        let handle = self.handle
+        let (handle, canceller) = (self.handle, self.canceller)
+        let serial = canceller.reserve()
+        let work: @Sendable () throws -> Result = { try canceller.running(serial) { try body(handle) } }
         do {
-            return try await thread.run { try body(handle) }
+            if Task.isCancelled { return try await thread.run(work) }
+            return try await withTaskCancellationHandler {
+                try await thread.run(work)
+            } onCancel: {
+                canceller.cancel(serial, after: Self.cancellationGrace)
+            }
         } catch let error as PostgresError {
             throw error
         } catch {

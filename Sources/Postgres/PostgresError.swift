@@ -67,6 +67,12 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         sqlState == "40P01" || sqlState == "40001"
     }
 
+    /// True when the server cancelled the statement (SQLSTATE 57014): this process asked it to
+    /// (a cancelled task, a stop signal), or a `statement_timeout` ran out.
+    public var isStatementCancelled: Bool {
+        sqlState == "57014"
+    }
+
     public var description: String {
         var text = "PostgreSQL \(code) during \(phase.rawValue)"
         if let sqlState { text += " [SQLSTATE \(sqlState)]" }

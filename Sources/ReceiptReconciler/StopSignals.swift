@@ -1,5 +1,6 @@
 import Foundation
 import Locking
+import Postgres
 
 /// SIGTERM and SIGINT (`systemctl stop`, `kubectl delete`, Ctrl-C), owned by one thread.
 ///
@@ -7,7 +8,12 @@ import Locking
 /// too, and a thread of their own takes them with `sigwait(3)`. While a run listens (`stream()`)
 /// each signal is an element of its sequence: stop taking accounts, finish, commit. With nobody
 /// listening (any other command, or before a run starts) the signal does what it always does and
-/// ends the process. Blocking also undoes nothing a parent did: a parent that started this
+/// ends the process. Either way the statements waiting on the database are cancelled
+/// (docs/operating.md, "Stopping a statement"): a run's once they have gone on for
+/// `PostgresConnection.cancellationGrace` after the signal (its batches' commits finish; a lock
+/// wait does not hold the stop), any other command's at once, before it ends: a process that
+/// ends leaves its statement running on the server until the server next writes to it, which
+/// for a lock wait is when the lock is released. Blocking also undoes nothing a parent did: a parent that started this
 /// process with the signals blocked (a test runner's worker threads block every signal) is
 /// heard all the same, since `sigwait` takes blocked signals.
 ///
@@ -42,7 +48,14 @@ enum StopSignals {
                     listener.yield(received)
                     return true
                 }
-                if !heard { end(by: received) }
+                if heard {
+                    let canceller = Thread { _ = PostgresConnection.cancelRunningStatements(after: PostgresConnection.cancellationGrace) }
+                    canceller.name = "stop-cancel"
+                    canceller.start()
+                } else {
+                    _ = PostgresConnection.cancelRunningStatements()
+                    end(by: received)
+                }
             }
         }
         taker.name = "stop-signals"
