@@ -1,6 +1,7 @@
 import AppleSimulator
 import AppStoreModels
 import Foundation
+import Storage
 import Reconciliation
 
 extension DemoWorld {
