@@ -7,7 +7,6 @@ import Reconciliation
 import SignedData
 import Storage
 import Locking
-import Postgres
 
 /// The safety limit, applying, and how the run ended, written everywhere.
 extension ReconciliationRun {
@@ -162,19 +161,27 @@ extension ReconciliationRun {
                                report: RunReportWriter?) async throws -> Never {
         // A stop cancels the statement the run still waits on half a second later (a lock, a
         // slow read): its transaction is rolled back and the run ends interrupted, its committed
-        // batches whole (docs/operating.md, "Stopping a statement").
-        let stopped = stopRequested.withLock { $0 } && (error as? PostgresError)?.isStatementCancelled == true
-        // The summary in hand may predate batches committed since (a failure while verifying):
-        // each batch stored the run's counts with it, and those are what was done.
-        if let stored = try? await writer.runSummary(runId: summary.runId), stored.accountsProcessed > summary.accountsProcessed {
-            summary = stored
+        // batches whole (docs/operating.md, "Stopping a statement"). The stop signal is known to
+        // the database layer before the run hears of it.
+        let stopped = (stopRequested.withLock { $0 } || StatementStop.isStopping) && StatementStop.isCancellation(error)
+        // What follows must land, a stop or a second signal notwithstanding.
+        summary = await StatementStop.uncancelled { [summary] in
+            var summary = summary
+            // The summary in hand may predate batches committed since (a failure while verifying):
+            // each batch stored the run's counts with it, and those are what was done.
+            if let stored = try? await writer.runSummary(runId: summary.runId), stored.accountsProcessed > summary.accountsProcessed {
+                summary = stored
+            }
+            summary.status = stopped ? .interrupted : .failed
+            summary.error = stopped
+                ? "stopped while waiting on the database; that statement was cancelled and its transaction rolled back: \(error)" : "\(error)"
+            summary.finishedAt = Date()
+            // The accounts and notifications it began and did not finish did not kill the process.
+            try? await writer.takeBackStarts(runId: summary.runId)
+            try? await writer.updateRun(summary)
+            try? await report?.finish(summary: summary, store: writer)
+            return summary
         }
-        summary.status = stopped ? .interrupted : .failed
-        summary.error = stopped ? "stopped while waiting on the database; that statement was cancelled and its transaction rolled back: \(error)" : "\(error)"
-        summary.finishedAt = Date()
-        try? await writer.takeBackStarts(runId: summary.runId)
-        try? await writer.updateRun(summary)
-        try? await report?.finish(summary: summary, store: writer)
         try? writeMetrics(summary)
         throw error
     }

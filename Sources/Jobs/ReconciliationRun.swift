@@ -86,10 +86,10 @@ public final class ReconciliationRun: Sendable {
             } onCancel: {
                 requestStop()
             }
-            await sessions.releaseLock()
+            await StatementStop.uncancelled { await sessions.releaseLock() }
             return result
         } catch {
-            await sessions.releaseLock()
+            await StatementStop.uncancelled { await sessions.releaseLock() }
             throw error
         }
     }
@@ -135,7 +135,8 @@ public final class ReconciliationRun: Sendable {
             try await recordFailure(error, summary: &summary, writer: writer, report: report)
         }
 
-        try await finish(ending, summary: &summary, report: report, context)
+        // The run's ending lands whatever a stop cancels (docs/operating.md, "Stopping a statement").
+        try await StatementStop.uncancelled { try await finish(ending, summary: &summary, report: report, context) }
         return (summary, ending)
     }
 

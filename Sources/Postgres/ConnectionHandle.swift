@@ -49,7 +49,19 @@ final class ConnectionHandle: @unchecked Sendable {
             throw PostgresError(code: .connectionFailed, phase: .connect, message: "could not connect to \(target): \(reason)")
         }
         self.connection = connection
+        do {
+            try setUp(connection)
+        } catch {
+            // Half set up (its time zone, its interval style unset) is not fit for a statement.
+            discard()
+            throw error
+        }
+        // Cancellable only now: a cancel cannot land on the setting up.
         canceller.connected(connection)
+    }
+
+    /// The session's settings, on a connection just made.
+    private func setUp(_ connection: OpaquePointer) throws(PostgresError) {
         // Server notices ("schema already exists, skipping") are not errors; libpq would print them to stderr.
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
         // One clock and one text format for every value this code reads and writes.

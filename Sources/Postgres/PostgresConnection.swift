@@ -13,7 +13,8 @@ import Logging
 /// transaction: there the transaction is lost, so its remaining statements fail with
 /// `connectionLost` and the caller decides whether to retry the whole transaction.
 ///
-/// `Sendable`: all mutable state lives in `ConnectionHandle`, which only the thread touches.
+/// `Sendable`: its mutable state lives in `ConnectionHandle`, which only the thread touches, and
+/// in `StatementCanceller`, behind its lock.
 public final class PostgresConnection: Sendable {
     let thread: BlockingThread
     let handle: ConnectionHandle
@@ -80,13 +81,13 @@ public final class PostgresConnection: Sendable {
     public func withTransaction<Result: Sendable>(
         _ mode: TransactionMode = .readCommitted, _ body: (PostgresConnection) async throws -> Result
     ) async throws -> Result {
-        try await onThread { handle in try handle.begin(mode.rawValue) }
+        try await onThread(cancellable: false) { handle in try handle.begin(mode.rawValue) }
         let result: Result
         do {
             result = try await body(self)
         } catch {
             do {
-                try await onThread { handle in try handle.rollback() }
+                try await onThread(cancellable: false) { handle in try handle.rollback() }
             } catch let failure {
                 // The caller hears of the error that failed the transaction; this one would be lost.
                 logger.warning("postgres.rollback_failed", metadata: [
@@ -96,7 +97,9 @@ public final class PostgresConnection: Sendable {
             }
             throw error
         }
-        try await onThread { handle in try handle.commit() }
+        // A COMMIT is never cancelled: one waiting on a synchronous standby would end committed
+        // here alone, with a warning nobody reads.
+        try await onThread(cancellable: false) { handle in try handle.commit() }
         return result
     }
 
@@ -116,23 +119,20 @@ public final class PostgresConnection: Sendable {
         try await onThread { handle in try handle.notifications() }
     }
 
-    /// How long a statement may go on after its task was cancelled before it is cancelled too:
-    /// one still running then waits on something (a lock, a `pg_sleep`), while one about to finish
-    /// (a batch's commit) is left to finish.
-    public static let cancellationGrace: Duration = .milliseconds(500)
-
     /// Runs `body` on the connection's thread. When the awaiting task is cancelled, the statement
     /// is cancelled on the server if it is still running `cancellationGrace` later (it then fails
-    /// with SQLSTATE 57014). A task cancelled already runs its statements to the end: they are its
-    /// rollback and its cleanup.
+    /// with SQLSTATE 57014); so when the process is stopping (`stopping()`). Not when
+    /// `cancellable` is false (COMMIT, ROLLBACK) or within `uncancelled`, and not for a task
+    /// cancelled already: what it runs then is its rollback and its cleanup.
     func onThread<Result: Sendable>(
-        _ body: @escaping @Sendable (ConnectionHandle) throws -> Result
+        cancellable: Bool = true, _ body: @escaping @Sendable (ConnectionHandle) throws -> Result
     ) async throws(PostgresError) -> Result {
         let (handle, canceller) = (self.handle, self.canceller)
         let serial = canceller.reserve()
-        let work: @Sendable () throws -> Result = { try canceller.running(serial) { try body(handle) } }
+        let cancellable = cancellable && !Self.isUncancelled && !Task.isCancelled
+        let work: @Sendable () throws -> Result = { try canceller.running(serial, cancellable: cancellable) { try body(handle) } }
         do {
-            if Task.isCancelled { return try await thread.run(work) }
+            guard cancellable else { return try await thread.run(work) }
             return try await withTaskCancellationHandler {
                 try await thread.run(work)
             } onCancel: {

@@ -9,23 +9,26 @@ import Locking
 /// libpq's `PQcancel` opens a connection of its own to the server and waits for it to take the
 /// request, so it is called from a thread started for it, never from Swift's cooperative pool
 /// nor from the connection's thread (which is the one waiting). A statement is cancelled only if
-/// it is still the one that was running when it was asked: a request that comes too late finds
-/// the connection idle or running the next statement and does nothing.
+/// it is still the one that was running when it was asked, and the lock is held across the
+/// request, so the statement cannot be marked finished (and the next one begun) meanwhile: a
+/// request that comes too late finds the connection idle, and the server drops a cancel that
+/// reaches an idle session. Statements run `uncancelled` (a COMMIT, a ROLLBACK, a run's last
+/// writes) are never cancelled.
 ///
 /// `@unchecked Sendable`: its state is only touched while holding `lock`, on any thread.
 final class StatementCanceller: @unchecked Sendable {
     private let lock = NSLock()
-    /// libpq's cancel key of the live connection, made when it connects and freed when it goes.
+    /// libpq's cancel key of the live connection, made once it is set up and freed when it goes.
     private var key: OpaquePointer?
     /// The statement running now, by the serial it was given when it was queued.
-    private var running: UInt64?
+    private var running: (serial: UInt64, cancellable: Bool)?
     private var lastSerial: UInt64 = 0
 
     deinit {
         if let key { PQfreeCancel(key) }
     }
 
-    /// Called on the connection's thread once it has connected.
+    /// Called on the connection's thread once it has connected and been set up.
     func connected(_ connection: OpaquePointer) {
         let fresh = PQgetCancel(connection)
         lock.withLock {
@@ -50,23 +53,26 @@ final class StatementCanceller: @unchecked Sendable {
         }
     }
 
-    /// Marks `serial` as the statement running, for the duration of `body`, on the connection's thread.
-    func running<Result>(_ serial: UInt64, _ body: () throws -> Result) rethrows -> Result {
-        lock.withLock { running = serial }
+    /// Marks `serial` as the statement running, for the duration of `body`, on the connection's
+    /// thread. Once the process is stopping, a cancellable statement that begins is cancelled if
+    /// it is still running after the grace, like those that were running when the stop came.
+    func running<Result>(_ serial: UInt64, cancellable: Bool, _ body: () throws -> Result) rethrows -> Result {
+        lock.withLock { running = (serial, cancellable) }
         defer { lock.withLock { running = nil } }
+        if cancellable && StopCancellation.isStopping { cancel(serial, after: PostgresConnection.cancellationGrace) }
         return try body()
     }
 
-    /// The statement running now, if any.
-    var current: UInt64? { lock.withLock { running } }
+    /// The cancellable statement running now, if any.
+    var current: UInt64? { lock.withLock { running.flatMap { $0.cancellable ? $0.serial : nil } } }
 
-    /// Asks the server to cancel statement `serial` if it is still running. Blocks for a round trip
-    /// to the server: call it from a thread of its own. The lock is held throughout, so the
-    /// statement cannot be marked finished (and the next one begun) while the request is on its way.
+    /// Asks the server to cancel statement `serial` if it is still running. Blocks for a round
+    /// trip to the server (longer when the server's host is unreachable): call it from a thread
+    /// of its own.
     @discardableResult
     func cancel(_ serial: UInt64) -> Bool {
         lock.withLock {
-            guard let key, running == serial else { return false }
+            guard let key, let running, running.serial == serial, running.cancellable else { return false }
             var reason = [CChar](repeating: 0, count: 256)
             return PQcancel(key, &reason, Int32(reason.count)) == 1
         }
@@ -74,18 +80,18 @@ final class StatementCanceller: @unchecked Sendable {
 
     /// Cancels statement `serial` from a thread started for it, if it is still running `grace`
     /// later: a statement still running then is waiting on something, while one about to finish
-    /// (a batch's commit) is left to finish.
+    /// is left to finish.
     func cancel(_ serial: UInt64, after grace: Duration) {
         let thread = Thread { [self] in
+            Thread.current.name = "libpq-cancel"  // set inside: a name set before start() does not stick on Linux
             if grace > .zero { Thread.sleep(forTimeInterval: grace.seconds) }
             cancel(serial)
         }
-        thread.name = "libpq-cancel"
         thread.start()
     }
 }
 
-/// Every open connection's canceller, so that a stop signal can reach the statements of them all.
+/// Every open connection's canceller, so that a stop reaches the statements of them all.
 enum RunningStatements {
     private final class Entry: @unchecked Sendable {
         weak var canceller: StatementCanceller?
@@ -102,11 +108,21 @@ enum RunningStatements {
         _ = entries.withLock { $0.removeValue(forKey: ObjectIdentifier(canceller)) }
     }
 
-    /// The statements running now, each with its connection's canceller.
+    /// The cancellable statements running now, each with its connection's canceller.
     static func now() -> [(canceller: StatementCanceller, serial: UInt64)] {
         let cancellers = entries.withLock { $0.values.compactMap(\.canceller) }
         return cancellers.compactMap { canceller in canceller.current.map { (canceller, $0) } }
     }
+}
+
+/// Whether this process is stopping (a stop signal): from then on every cancellable statement is
+/// cancelled once it has run for the grace.
+enum StopCancellation {
+    private static let stopping = Locked(false)
+
+    static var isStopping: Bool { stopping.withLock { $0 } }
+
+    static func begin() { stopping.withLock { $0 = true } }
 }
 
 extension Duration {
@@ -117,13 +133,33 @@ extension Duration {
 }
 
 extension PostgresConnection {
-    /// Cancels, on every open connection of this process, the statement running now if it is
-    /// still running `grace` later. Blocks this thread for `grace` and the requests' round trips:
-    /// call it from a thread of its own (the stop-signal thread), never from a task.
-    public static func cancelRunningStatements(after grace: Duration = .zero) -> Int {
+    /// A statement still running this long after its task was cancelled, or after the process
+    /// was told to stop, is cancelled: one still running then waits on something (a lock, a
+    /// `pg_sleep`), while one about to finish is left to finish.
+    public static let cancellationGrace: Duration = .milliseconds(500)
+
+    /// The process is stopping (SIGTERM, SIGINT): every cancellable statement of every connection,
+    /// running now or begun later, is cancelled once it has run for `cancellationGrace`. Returns
+    /// at once; the requests are made from threads of their own. Call it from a thread of its own
+    /// (the stop-signal thread), before any task hears of the stop. Returns how many statements
+    /// were running.
+    @discardableResult
+    public static func stopping() -> Int {
+        StopCancellation.begin()
         let running = RunningStatements.now()
-        guard !running.isEmpty else { return 0 }
-        if grace > .zero { Thread.sleep(forTimeInterval: grace.seconds) }
-        return running.filter { $0.canceller.cancel($0.serial) }.count
+        for (canceller, serial) in running { canceller.cancel(serial, after: cancellationGrace) }
+        return running.count
+    }
+
+    /// Whether `stopping()` was called: a statement cancelled since may have been cancelled by it.
+    public static var isStopping: Bool { StopCancellation.isStopping }
+
+    /// Whether statements `body` runs are kept from cancellation: a task's cancellation and a stop
+    /// reach them not. For what must land whatever happens: a run's last writes after a stop.
+    @TaskLocal static var isUncancelled = false
+
+    /// Runs `body` with its statements kept from cancellation (`isUncancelled`).
+    public static func uncancelled<Result>(_ body: () async throws -> Result) async rethrows -> Result {
+        try await $isUncancelled.withValue(true) { try await body() }
     }
 }

@@ -15,6 +15,9 @@ enum ExitStatus {
 func runReportingErrors(logger: Logger, _ body: () async throws -> Void) async throws {
     do {
         try await body()
+    } catch where StopSignals.isEnding {
+        // A stop signal ends this process, and cancelled the statement that failed here.
+        await StopSignals.waitToEnd()
     } catch let exit as ExitCode {
         throw exit
     } catch let error as ConfigurationError {

@@ -8,14 +8,13 @@ import Postgres
 /// too, and a thread of their own takes them with `sigwait(3)`. While a run listens (`stream()`)
 /// each signal is an element of its sequence: stop taking accounts, finish, commit. With nobody
 /// listening (any other command, or before a run starts) the signal does what it always does and
-/// ends the process. Either way the statements waiting on the database are cancelled
-/// (docs/operating.md, "Stopping a statement"): a run's once they have gone on for
-/// `PostgresConnection.cancellationGrace` after the signal (its batches' commits finish; a lock
-/// wait does not hold the stop), any other command's at once, before it ends: a process that
-/// ends leaves its statement running on the server until the server next writes to it, which
-/// for a lock wait is when the lock is released. Blocking also undoes nothing a parent did: a parent that started this
-/// process with the signals blocked (a test runner's worker threads block every signal) is
-/// heard all the same, since `sigwait` takes blocked signals.
+/// ends the process. Either way the statements waiting on the database are cancelled once they
+/// have run for `PostgresConnection.cancellationGrace` (docs/operating.md, "Stopping a
+/// statement"): a process that ends leaves its statement running on the server until the server
+/// next writes to it, which for a lock wait is when the lock is released. Blocking also undoes
+/// nothing a parent did: a parent that started this process with the signals blocked (a test
+/// runner's worker threads block every signal) is heard all the same, since `sigwait` takes
+/// blocked signals.
 ///
 /// Tried before and not kept: a `sigaction` handler (with a pipe, with DispatchSource, or with a
 /// flag polled every 50 ms). The thread sanitizer holds a handled signal back until a thread of
@@ -24,6 +23,18 @@ enum StopSignals {
     /// The one listener (a run), if any.
     /// `Locked`, which the thread sanitizer sees (it cannot see `Synchronization.Mutex`).
     private static let listener = Locked<AsyncStream<Int32>.Continuation?>(nil)
+    /// Set when a signal ends the process: the error a cancelled statement gives a task meanwhile
+    /// is not this process's ending, the signal is.
+    private static let ending = Locked(false)
+
+    /// Whether a stop signal is ending the process.
+    static var isEnding: Bool { ending.withLock { $0 } }
+
+    /// Waits for the stop signal to end the process: a command whose statement the stop
+    /// cancelled must not exit 1 first (`runReportingErrors`).
+    static func waitToEnd() async -> Never {
+        while true { try? await Task.sleep(for: .seconds(60)) }
+    }
 
     private static var stopSet: sigset_t {
         var signals = sigset_t()
@@ -43,17 +54,23 @@ enum StopSignals {
             while true {
                 var received: Int32 = 0
                 guard sigwait(&signals, &received) == 0 else { continue }
+                // A run listening stops gracefully. Its statements are the stop's to cancel from
+                // before it hears of the stop: a cancelled one means stopped, not failed.
                 let heard = listener.withLock { listener -> Bool in
                     guard let listener else { return false }
+                    PostgresConnection.stopping()
                     listener.yield(received)
                     return true
                 }
-                if heard {
-                    let canceller = Thread { _ = PostgresConnection.cancelRunningStatements(after: PostgresConnection.cancellationGrace) }
-                    canceller.name = "stop-cancel"
-                    canceller.start()
-                } else {
-                    _ = PostgresConnection.cancelRunningStatements()
+                if !heard {
+                    // Nobody stops gracefully: the process ends. First its statements still
+                    // running half a second on are cancelled (a short write lands meanwhile); a
+                    // cancel that cannot reach the server does not hold the end up for long.
+                    ending.withLock { $0 = true }
+                    if PostgresConnection.stopping() > 0 {
+                        let (seconds, attoseconds) = PostgresConnection.cancellationGrace.components
+                        Thread.sleep(forTimeInterval: Double(seconds) + Double(attoseconds) / 1e18 + 0.5)
+                    }
                     end(by: received)
                 }
             }

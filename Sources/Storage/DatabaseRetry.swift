@@ -36,3 +36,21 @@ public enum DatabaseRetry {
         }
     }
 }
+
+/// Statements and a stop (docs/operating.md, "Stopping a statement"), for the jobs, which do not
+/// talk to PostgreSQL themselves.
+public enum StatementStop {
+    /// True for a statement the server cancelled: a stop's, a cancelled task's (or a `statement_timeout`).
+    public static func isCancellation(_ error: any Error) -> Bool {
+        (error as? PostgresError)?.isStatementCancelled == true
+    }
+
+    /// Whether a stop signal came: from then on a statement running past the grace is cancelled.
+    public static var isStopping: Bool { PostgresConnection.isStopping }
+
+    /// Runs `body` with its statements never cancelled: what must land after a stop (a run's
+    /// ending, the marks it takes back).
+    public static func uncancelled<Result>(_ body: () async throws -> Result) async rethrows -> Result {
+        try await PostgresConnection.uncancelled(body)
+    }
+}

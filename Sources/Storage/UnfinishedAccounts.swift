@@ -103,6 +103,12 @@ extension ReconciliationStore {
                 UPDATE iap.unfinished_accounts SET unfinished_starts = unfinished_starts - 1, run_id = NULL
                 WHERE run_id = \(runId) AND quarantined_at IS NULL
                 """)
+            // A notification whose work this run began and never finished: a failure, or a
+            // statement a stop cancelled, not a death (one finished keeps no start).
+            try await connection.execute("""
+                UPDATE iap.notifications SET unfinished_starts = greatest(unfinished_starts - 1, 0)
+                WHERE run_id = \(runId) AND processed_at IS NULL AND quarantined_at IS NULL AND unfinished_starts > 0
+                """)
         }
     }
 
