@@ -15,13 +15,15 @@ public struct Correction: Sendable, Equatable {
     public enum Kind: String, Sendable, Codable, CaseIterable {
         /// Not entitled (or no row) before, entitled now.
         case grant
-        /// Entitled before, not now.
+        /// Entitled before, or no row stored, and not entitled now: a first row that grants
+        /// nothing takes away what the app may have given of its own (its table before adoption),
+        /// so the safety limit counts it (docs/guarantees.md, "Safety limit").
         case revoke
         /// Entitled before and after, expiring later.
         case extend
         /// Entitled before and after, expiring earlier.
         case shorten
-        /// Entitlement unchanged but another field changed, or a new row that grants nothing.
+        /// Not entitled before and after, or entitled with the same expiry: another field changed.
         case update
     }
 
@@ -108,6 +110,8 @@ public struct EntitlementDiff: Sendable {
     }
 
     static func kind(before: Entitlement?, after: Entitlement) -> Correction.Kind {
+        // No row is not "not entitled": the app may grant from a table of its own.
+        if before == nil { return after.entitled ? .grant : .revoke }
         let wasEntitled = before?.entitled ?? false
         switch (wasEntitled, after.entitled) {
         case (false, true): return .grant
@@ -126,12 +130,19 @@ public struct EntitlementDiff: Sendable {
     static func reason(
         kind: Correction.Kind, before: Entitlement?, after: Entitlement, cancellationReasons: [String: Int] = [:]
     ) -> String {
+        let reason = stateReason(kind: kind, before: before, after: after, cancellationReasons: cancellationReasons)
+        return before == nil && !after.entitled ? reason + " (no entitlement was stored)" : reason
+    }
+
+    private static func stateReason(
+        kind: Correction.Kind, before: Entitlement?, after: Entitlement, cancellationReasons: [String: Int]
+    ) -> String {
         let day = Timestamp.day
         switch after.state {
         case .refunded:
             let when = after.refundedAt.map { " on \(day($0))" } ?? ""
             let code = after.latestTransactionId.flatMap { cancellationReasons[$0] }.map { ", reason \($0)" } ?? ""
-            return "refund\(when)\(code)" + (before == nil ? " (no entitlement was stored)" : "")
+            return "refund\(when)\(code)"
         case .upgraded:
             let target = after.autoRenewProductId.map { " to \($0)" } ?? ""
             return "upgraded\(target); transaction \(after.latestTransactionId ?? "?") cancelled by the upgrade"

@@ -1,4 +1,5 @@
 import Foundation
+import Jobs
 import Logging
 import Postgres
 import Reconciliation
@@ -38,7 +39,9 @@ import Testing
 
             var environment = RunWorld.environment(calm)
             environment["DATABASE_URL"] = url
-            let arguments = ["run", "--concurrency", "2", "--batch-size", "10", "--report-dir", calm.reportRoot.appending(path: "restart").path]
+            // Nothing stored: each lapsed account is a revoke the limit counts; the limit is not this test's subject.
+            let arguments = ["run", "--concurrency", "2", "--batch-size", "10", "--max-revoke-ratio", "1",
+                             "--report-dir", calm.reportRoot.appending(path: "restart").path]
             let cli = try CLIProcess(arguments, environment: environment)
             // Restart once the run has committed batches of its own and is still writing: the
             // proof that the restart cut a run in the middle, not before it began or after it ended.
@@ -76,7 +79,9 @@ import Testing
             let rerun = try await CLIProcess.run(arguments, environment: environment)
             #expect(rerun.status == 0, "\(rerun.stderr)")
 
-            let (undisturbed, _) = try await calm.run(calm.options())
+            var calmOptions = calm.options()
+            calmOptions.maximumRevokeRatio = 1  // as the restarted run
+            let (undisturbed, _) = try await calm.run(calmOptions)
             #expect(undisturbed.accountsProcessed == 200)
             let restarted = try await PostgresConnection.connect(url)
             let applied = try await restarted.query("""

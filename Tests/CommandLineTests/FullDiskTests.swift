@@ -51,7 +51,8 @@ struct FullDiskTests {
             let disk = try SmallDisk(kilobytes: 24)
             defer { disk.unmount() }
             let reports = disk.directory.appending(path: "run").path
-            let result = try await CLIProcess.run(["run", "--report-dir", reports], environment: RunWorld.environment(world))
+            // Nothing stored: each lapsed account is a revoke the limit counts; the limit is not this test's subject.
+            let result = try await CLIProcess.run(["run", "--max-revoke-ratio", "1", "--report-dir", reports], environment: RunWorld.environment(world))
             #expect(result.status == 1)
             #expect(result.stderr.contains("\(reports)/corrections.csv: No space left on device"), "\(result.stderr)")
             #expect(result.stderr.contains("its work is committed"))

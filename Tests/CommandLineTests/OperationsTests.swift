@@ -69,7 +69,8 @@ import TestSupport
         try await RunWorld.with("sigterm", scenario: ["hold_after_requests": 40]) { world in
             let accounts = 300
             try await RunWorld.populate(world, count: accounts)
-            let cli = try CLIProcess(["run", "--concurrency", "4", "--batch-size", "10", "--report-dir", world.reportRoot.path],
+            // Nothing stored: each lapsed account is a revoke the limit counts; the limit is not this test's subject.
+            let cli = try CLIProcess(["run", "--concurrency", "4", "--batch-size", "10", "--max-revoke-ratio", "1", "--report-dir", world.reportRoot.path],
                                      environment: RunWorld.environment(world), parentBlocksNoSignal: parentBlocksNoSignal)
             // Signal once the run has committed its first batches.
             try await waitUntil("the run committed 30 accounts") {
@@ -114,7 +115,8 @@ import TestSupport
                 // its requests after the 40th: the run is long by construction, not by latency.
                 try await RunWorld.populate(killed, count: 300)
                 try await RunWorld.populate(calm, count: 300)
-                let arguments = ["run", "--concurrency", "4", "--batch-size", "7", "--report-dir", killed.reportRoot.path]
+                // Nothing stored: each lapsed account is a revoke the limit counts; the limit is not this test's subject.
+                let arguments = ["run", "--concurrency", "4", "--batch-size", "7", "--max-revoke-ratio", "1", "--report-dir", killed.reportRoot.path]
                 for round in 1...2 {
                     try await RunWorld.killOnceCommitted(arguments, environment: RunWorld.environment(killed), world: killed, run: round)
                 }
@@ -122,7 +124,9 @@ import TestSupport
                 let rerun = try await CLIProcess.run(arguments, environment: RunWorld.environment(killed))
                 #expect(rerun.status == 0, "\(rerun.stderr)")
                 #expect(try await killed.count("SELECT count(*) FROM iap.reconciliation_runs WHERE status = 'interrupted'") == 2)
-                let (undisturbed, _) = try await calm.run(calm.options())
+                var calmOptions = calm.options()
+                calmOptions.maximumRevokeRatio = 1  // as the killed runs: the limit is not this test's subject
+                let (undisturbed, _) = try await calm.run(calmOptions)
                 #expect(undisturbed.accountsProcessed == 300)
                 let expected = try await RunWorld.appliedCorrections(calm)
                 #expect(expected.count > 200)

@@ -46,6 +46,7 @@ import Testing
                 let arguments = [
                     "run", "--source", "both", "--authority", "server-api", "--apple-root-certificate", root.path,
                     "--concurrency", "4", "--batch-size", "7", "--report-dir", killed.reportRoot.path, "--notification-history-since", since,
+                    "--max-revoke-ratio", "1",  // nothing stored: each lapsed account is a revoke; the limit is not this test's subject
                 ]
                 // Each account asks Apple about three times (verifyReceipt, the history, the
                 // statuses), and the Server API is never held: 120 requests let some 40 accounts
@@ -64,6 +65,7 @@ import Testing
                 options.sources = .both(authority: .serverAPI)
                 options.bundleIds = ["com.example.app"]
                 options.appleRootCertificates = [calm.simulator.signingRoot]
+                options.maximumRevokeRatio = 1  // as the killed runs
                 let (undisturbed, _) = try await calm.run(options)
                 #expect(undisturbed.accountsProcessed == Self.accounts)
                 #expect(undisturbed.disagreements == nil)  // the same world through both doors

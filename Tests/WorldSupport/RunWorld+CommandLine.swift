@@ -22,12 +22,15 @@ extension RunWorld {
         ]
     }
 
-    /// `count` accounts whose answers each give a known correction.
+    /// `count` accounts whose answers each give a known correction, applied by the run: a quarter
+    /// of them lapsed days ago, none within the expiry lag (whose revoke would wait for a later
+    /// run: the one that would end now ends in twelve hours).
     static func populate(_ world: RunWorld, count: Int, latencyFault: Int? = nil) async throws {
         var receipts: [[PostgresBind]] = []
         for index in 0..<count {
+            let endDays = index % 20 == 5 ? 0.5 : Double(index % 20) - 5
             var spec: [String: Any] = ["generate": ["subscriptions": [
-                world.subscription(original: "\(10_000 + index)", renewals: 1 + index % 5, endDays: Double(index % 20) - 5),
+                world.subscription(original: "\(10_000 + index)", renewals: 1 + index % 5, endDays: endDays),
             ]]]
             if let latencyFault { spec["faults"] = [["delay_ms": latencyFault]]; spec["repeat_faults"] = true }
             receipts.append([PostgresBind(String(format: "acct-%05d", index)), PostgresBind(syntheticReceipt(spec))])
