@@ -70,13 +70,14 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
             guard !bundleIds.isEmpty else {
                 throw ConfigurationError("answering needs the app's bundle id (APPSTORE_BUNDLE_ID or --bundle-id): signed data of no bundle is rejected")
             }
+            let appAppleId = try app.configuredAppAppleId()
             let verifier = try SignedDataVerifier(configuration: .init(
-                trustedRoots: try app.trustedRoots(), bundleIds: Set(bundleIds), appAppleId: try app.configuredAppAppleId()))
+                trustedRoots: try app.trustedRoots(), bundleIds: Set(bundleIds), appAppleId: appAppleId))
             // The key is needed to send. A dry run reads Apple's notification history with it when
             // it is there, and goes on from what is stored when it is not (and says so).
             let apiConfiguration = dryRun
-                ? try? (appStoreConnect.credentials(bundleIds: bundleIds), appStoreConnect.endpoints())
-                : (try appStoreConnect.credentials(bundleIds: bundleIds), try appStoreConnect.endpoints())
+                ? try? (appStoreConnect.credentials(bundleIds: bundleIds, appAppleId: appAppleId), appStoreConnect.endpoints())
+                : (try appStoreConnect.credentials(bundleIds: bundleIds, appAppleId: appAppleId), try appStoreConnect.endpoints())
             let connection = try await PostgresConnection.connect(try database.connectionString())
             guard try await ConsumptionStore(connection: connection).tryLock() else {
                 logger.error("consumption.locked", metadata: ["error": "another answer-consumption-requests holds the lock on this database"])

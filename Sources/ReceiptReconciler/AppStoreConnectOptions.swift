@@ -38,19 +38,21 @@ struct AppStoreConnectOptions: ParsableArguments {
         return ProcessInfo.processInfo.environment[variable].flatMap { $0.isEmpty ? nil : $0 }
     }
 
-    /// The credentials, or a configuration error naming what is missing (never the key's content).
-    func credentials(bundleIds: [String]) throws -> ServerAPICredentials {
-        guard let issuer = value(appstoreIssuerId, "APPSTORE_ISSUER_ID") else {
-            throw ConfigurationError("the Server API needs APPSTORE_ISSUER_ID (or --appstore-issuer-id)")
-        }
-        guard let keyId = value(appstoreKeyId, "APPSTORE_KEY_ID") else {
-            throw ConfigurationError("the Server API needs APPSTORE_KEY_ID (or --appstore-key-id)")
-        }
-        guard let path = value(appstorePrivateKeyFile, "APPSTORE_PRIVATE_KEY_FILE") else {
-            throw ConfigurationError("the Server API needs APPSTORE_PRIVATE_KEY_FILE (or --appstore-private-key-file)")
-        }
-        guard let bundleId = bundleIds.first else {
-            throw ConfigurationError("the Server API needs the app's bundle id (APPSTORE_BUNDLE_ID or --bundle-id)")
+    /// The credentials, or one configuration error naming everything missing at once (never the
+    /// key's content). The app's Apple id is among them: without it Apple's production signed data
+    /// (a REFUND, a CONSUMPTION_REQUEST) is refused, night after night, by a run that exits 0.
+    func credentials(bundleIds: [String], appAppleId: Int64?) throws -> ServerAPICredentials {
+        let (issuer, keyId, path) = (value(appstoreIssuerId, "APPSTORE_ISSUER_ID"), value(appstoreKeyId, "APPSTORE_KEY_ID"),
+                                     value(appstorePrivateKeyFile, "APPSTORE_PRIVATE_KEY_FILE"))
+        let missing = [
+            issuer == nil ? "APPSTORE_ISSUER_ID (or --appstore-issuer-id)" : nil,
+            keyId == nil ? "APPSTORE_KEY_ID (or --appstore-key-id)" : nil,
+            path == nil ? "APPSTORE_PRIVATE_KEY_FILE (or --appstore-private-key-file)" : nil,
+            bundleIds.isEmpty ? "APPSTORE_BUNDLE_ID (or --bundle-id)" : nil,
+            appAppleId == nil ? "APPSTORE_APP_APPLE_ID (or --app-apple-id; App Store Connect, App Information, Apple ID)" : nil,
+        ].compactMap { $0 }
+        guard let issuer, let keyId, let path, let bundleId = bundleIds.first, appAppleId != nil else {
+            throw ConfigurationError("the App Store Server API needs " + missing.joined(separator: ", "))
         }
         let pem = try SecretFile.read(path, what: "the key file")
         do {

@@ -29,8 +29,28 @@ func runReportingErrors(logger: Logger, _ body: () async throws -> Void) async t
     } catch let error as PostgresError where error.code == .connectionFailed {
         logger.error("database.unreachable", metadata: ["error": "\(error)"])
         throw ExitStatus.failed
+    } catch let error as PostgresError where error.isMissingSchema {
+        // A database never migrated, or migrated by an older binary: no retry mends it.
+        logger.error("database.schema_missing", metadata: [
+            "error": "\(error)", "hint": "the job's schema is missing or older than this binary: run 'receipt-reconciler migrate' first",
+        ])
+        throw ExitStatus.configuration
+    } catch let error as PostgresError where error.sqlState == "42501" {
+        logger.error("database.permission_denied", metadata: [
+            "error": "\(error)",
+            "hint": "the job's role lacks a privilege: grant what docs/adoption.md, 'A role of its own', grants (your triggers' tables too)",
+        ])
+        throw ExitStatus.failed
     } catch {
         logger.error("command.failed", metadata: ["error": "\(error)"])
         throw ExitStatus.failed
+    }
+}
+
+extension PostgresError {
+    /// A table, column, function or schema of the job's own (`iap`) that the database lacks.
+    var isMissingSchema: Bool {
+        guard let sqlState, ["3F000", "42P01", "42703", "42883"].contains(sqlState) else { return false }
+        return message.contains("iap")
     }
 }

@@ -166,7 +166,8 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     let endpoints = try common.traffic.endpoints()
     // The Server API's configuration is checked before anything connects.
     let serverAPIConfiguration = options.sources.asksServerAPI
-        ? (try common.appStoreConnect.credentials(bundleIds: common.app.configuredBundleIds()), try common.appStoreConnect.endpoints())
+        ? (try common.appStoreConnect.credentials(bundleIds: common.app.configuredBundleIds(), appAppleId: common.app.configuredAppAppleId()),
+           try common.appStoreConnect.endpoints())
         : nil
     let sessions = RunSessions(
         lock: try await PostgresConnection.connect(connectionString),

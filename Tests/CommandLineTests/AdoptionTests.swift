@@ -19,7 +19,8 @@ import TestSupport
     }
 
     static let names = ["example-tables", "one-receipt-per-account", "upsert-receipt", "mirror-users", "follow-entitlements",
-                        "subscriptions-view", "consent-trigger", "import-csv", "import-users", "undo-run"]
+                        "subscriptions-view", "consent-trigger", "fill-catalog", "import-entitlements", "import-csv", "import-users",
+                        "grant-runtime-role", "undo-run"]
 
     /// Runs `sql` with psql as an operator would (stopping at the first error), in `directory`.
     static func psql(_ world: RunWorld, _ sql: String, variables: [String: String] = [:], in directory: URL? = nil) throws {
@@ -132,7 +133,14 @@ import TestSupport
     @Test func theFirstImportThenADryRunThenTheFirstRealRun() async throws {
         let snippets = try Self.snippets()
         try await RunWorld.with("adoption-import") { world in
-            for name in ["example-tables", "one-receipt-per-account"] { try Self.psql(world, try #require(snippets[name])) }
+            for name in ["example-tables", "one-receipt-per-account", "fill-catalog"] { try Self.psql(world, try #require(snippets[name])) }
+            // The app's own decisions, imported first: csv-0 and csv-1 have access, csv-2 had none.
+            try await world.connection.execute("""
+                INSERT INTO public.subscriptions VALUES ('csv-0', 'pro.monthly', true, now() + interval '10 days'),
+                    ('csv-1', 'pro.monthly', true, now() + interval '25 days'), ('10', 'pro.monthly', true, now() + interval '25 days')
+                """)
+            try Self.psql(world, try #require(snippets["import-entitlements"]))
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE entitled AND state = 'active'") == 3)
             let directory = world.reportRoot.appending(path: "import")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             let csv = "account_id,bundle_id,latest_receipt\n" + (0..<3).map { index in
@@ -156,14 +164,47 @@ import TestSupport
             #expect(dry.status == 0, "\(dry.stderr)")
             let summary = try String(contentsOf: dryReport.appending(path: "summary.md"), encoding: .utf8)
             #expect(summary.contains("dry run"), "\(summary.prefix(600))")
-            #expect(try await world.count("SELECT count(*) FROM iap.entitlements") == 0)
-            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'planned' AND kind = 'grant'") == 2)
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements") == 3)
+            // Measured against what the customers had: csv-1 loses access Apple says lapsed 5 days
+            // ago; csv-2, which the app never granted, gets a first row granting nothing: both are
+            // revokes the limit counts. Nobody is granted: the app gave access already.
+            let planned = try await world.connection.query("""
+                SELECT account_id || '/' || kind AS r FROM iap.corrections WHERE status = 'planned' AND kind IN ('grant', 'revoke') ORDER BY 1
+                """).map { try $0.decode("r", as: String.self) }
+            #expect(planned == ["csv-1/revoke", "csv-2/revoke"])
 
             let real = try await CLIProcess.run(["run", "--max-revoke-ratio", "0.05", "--report-dir", world.reportRoot.appending(path: "first").path],
                                                 environment: environment)
             #expect(real.status == 0, "\(real.stderr)")
             #expect(try await world.connection.query("SELECT account_id FROM iap.entitlements WHERE entitled ORDER BY 1")
                 .map { try $0.decode("account_id", as: String.self) } == ["10", "csv-0"])
+        }
+    }
+
+    /// "A role of its own": the job runs as a role given only what the page grants, its trigger
+    /// of section 3 included; without the page's last line that trigger fails the batch, as it says.
+    @Test func theJobRunsAsARoleGivenWhatThePageGrants() async throws {
+        let snippets = try Self.snippets()
+        try await RunWorld.with("adoption-role") { world in
+            try await world.connection.execute("""
+                DO $$ BEGIN CREATE ROLE receipt_reconciler_job LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$
+                """)
+            for name in ["example-tables", "follow-entitlements", "grant-runtime-role"] { try Self.psql(world, try #require(snippets[name])) }
+            try await RunWorld.populate(world, count: 4)
+            var environment = RunWorld.environment(world)
+            environment["DATABASE_URL"] = world.database.connectionString.replacingOccurrences(of: "user=postgres", with: "user=receipt_reconciler_job")
+            #expect(environment["DATABASE_URL"]?.contains("user=receipt_reconciler_job") == true)
+
+            try await world.connection.execute("REVOKE ALL ON public.subscriptions FROM receipt_reconciler_job")
+            let refused = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.appending(path: "refused").path], environment: environment)
+            #expect(refused.status != 0)
+            #expect(refused.stderr.contains("permission denied for table subscriptions"), "\(refused.stderr.suffix(2000))")
+
+            try await world.connection.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON public.subscriptions TO receipt_reconciler_job")
+            let run = try await CLIProcess.run(["run", "--report-dir", world.reportRoot.appending(path: "night").path], environment: environment)
+            #expect(run.status == 0, "\(run.stderr.suffix(4000))")
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements") == 4)
+            #expect(try await world.count("SELECT count(*) FROM public.subscriptions") == 4)
         }
     }
 }

@@ -398,7 +398,7 @@ import Testing
             // Written out here, not `apiFlags`: the coverage check reads each option in the test that observes it.
             let flags = ["--appstore-issuer-id", "issuer", "--appstore-key-id", "KEY", "--appstore-private-key-file", key.path,
                          "--appstore-api-url", world.simulator.apiURL, "--appstore-sandbox-api-url", world.simulator.sandboxAPIURL,
-                         "--bundle-id", "com.example.app", "--source", "server-api",
+                         "--bundle-id", "com.example.app", "--app-apple-id", "1234567890", "--source", "server-api",
                          "--apple-root-certificate", world.simulator.signingDirectory.appending(path: "root.der").path]
             func plan(_ extra: [String]) async throws -> [String] {
                 let result = try await CLIProcess.run(["run", "--dry-run", "--window", "1h"] + flags + extra

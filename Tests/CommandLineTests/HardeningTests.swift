@@ -56,6 +56,7 @@ import Testing
         environment["APPSTORE_ISSUER_ID"] = "issuer"
         environment["APPSTORE_KEY_ID"] = "key"
         environment["APPSTORE_BUNDLE_ID"] = "com.example"
+        environment["APPSTORE_APP_APPLE_ID"] = "1234567890"
         environment["APPSTORE_PRIVATE_KEY_FILE"] = try Fixtures.privateKey(
             at: FileManager.default.temporaryDirectory.appending(path: "rr-hardening-\(UUID().uuidString).p8")).path
         return environment

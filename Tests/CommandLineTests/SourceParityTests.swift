@@ -35,7 +35,7 @@ import TestSupport
         environment["APPSTORE_BUNDLE_ID"] = "com.example.app"
         let apiEnvironment = environment.merging([
             "APPSTORE_ISSUER_ID": "issuer", "APPSTORE_KEY_ID": "KEY", "APPSTORE_PRIVATE_KEY_FILE": key.path,
-            "APPSTORE_API_URL": simulator.apiURL, "APPSTORE_SANDBOX_API_URL": simulator.sandboxAPIURL,
+            "APPSTORE_APP_APPLE_ID": "1234567890", "APPSTORE_API_URL": simulator.apiURL, "APPSTORE_SANDBOX_API_URL": simulator.sandboxAPIURL,
         ]) { $1 }
         let roots = ["--apple-root-certificate", directory.appending(path: "root.der").path]
 

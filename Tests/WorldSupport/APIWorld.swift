@@ -17,7 +17,7 @@ enum APIWorld {
     static func environment(_ world: RunWorld, key: URL) -> [String: String] {
         RunWorld.environment(world).merging([
             "APPSTORE_ISSUER_ID": "issuer", "APPSTORE_KEY_ID": "KEY", "APPSTORE_PRIVATE_KEY_FILE": key.path,
-            "APPSTORE_BUNDLE_ID": "com.example.app", "APPSTORE_API_URL": world.simulator.apiURL,
+            "APPSTORE_BUNDLE_ID": "com.example.app", "APPSTORE_APP_APPLE_ID": "1234567890", "APPSTORE_API_URL": world.simulator.apiURL,
             "APPSTORE_SANDBOX_API_URL": world.simulator.sandboxAPIURL,
         ]) { $1 }
     }
@@ -55,6 +55,6 @@ enum APIWorld {
     static func apiFlags(_ world: RunWorld, key: URL) -> [String] {
         ["--appstore-issuer-id", "issuer", "--appstore-key-id", "KEY", "--appstore-private-key-file", key.path,
          "--appstore-api-url", world.simulator.apiURL, "--appstore-sandbox-api-url", world.simulator.sandboxAPIURL,
-         "--bundle-id", "com.example.app", "--apple-root-certificate", world.simulator.signingDirectory.appending(path: "root.der").path]
+         "--bundle-id", "com.example.app", "--app-apple-id", "1234567890", "--apple-root-certificate", world.simulator.signingDirectory.appending(path: "root.der").path]
     }
 }

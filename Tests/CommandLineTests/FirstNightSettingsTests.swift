@@ -1,0 +1,44 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import WorldSupport
+
+/// What a first night needs is asked for before anything connects, all of it at once.
+@Suite struct FirstNightSettingsTests {
+    /// A key configured and nothing else of the App Store Server API: one error names every
+    /// missing setting, the app's Apple id among them (without it Apple's production signed data
+    /// is refused by a run that exits 0).
+    @Test func theServerAPINamesEveryMissingSettingAtOnce() async throws {
+        let key = FileManager.default.temporaryDirectory.appending(path: "rr-first-night-\(UUID().uuidString).p8")
+        try Fixtures.privateKey(at: key)
+        defer { try? FileManager.default.removeItem(at: key) }
+        let environment = ["DATABASE_URL": "host=127.0.0.1 port=1 dbname=nothing", "APPLE_SHARED_SECRET": "secret",
+                           "APPSTORE_PRIVATE_KEY_FILE": key.path, "APPSTORE_BUNDLE_ID": "com.example.app"]
+        for command in [["run"], ["answer-consumption-requests"]] {
+            let result = try await CLIProcess.run(command, environment: environment)
+            #expect(result.status == 2, "\(command): \(result.stderr)")
+            let lines = result.stderr.split(separator: "\n").filter { $0.contains("APPSTORE_ISSUER_ID") }
+            #expect(lines.count == 1, "\(command): \(result.stderr)")
+            for setting in ["APPSTORE_ISSUER_ID", "APPSTORE_KEY_ID", "APPSTORE_APP_APPLE_ID"] {
+                #expect(lines.first?.contains(setting) == true, "\(command) did not name \(setting): \(result.stderr)")
+            }
+            #expect(!result.stderr.contains("could not connect"), "the settings are checked before anything connects")
+        }
+    }
+
+    /// A database never migrated: every command says to run `migrate` first, exit 2 (no retry mends it).
+    @Test func aDatabaseNeverMigratedIsToldToRunMigrateFirst() async throws {
+        let database = try await TestDatabase.create("never-migrated")
+        defer { Task { try? await database.drop() } }
+        let environment = ["DATABASE_URL": database.connectionString, "APPLE_SHARED_SECRET": "secret"]
+        let directory = FileManager.default.temporaryDirectory.appending(path: "rr-never-migrated-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        for command in [["run", "--report-dir", directory.path], ["explain", "acct-1"],
+                        ["export-finance", "--from", "2026-01-01", "--to", "2026-02-01", "--output", directory.appending(path: "f.csv").path]] {
+            let result = try await CLIProcess.run(command, environment: environment)
+            #expect(result.status == 2, "\(command): \(result.stderr)")
+            #expect(result.stderr.contains("run 'receipt-reconciler migrate' first"), "\(command): \(result.stderr)")
+        }
+    }
+}
