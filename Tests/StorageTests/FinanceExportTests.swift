@@ -50,7 +50,7 @@ import TestSupport
             """)
         // Written by SQL, not by the job's ledger upsert: recorded as the journal's migration records a ledger it finds.
         try await connection.execute("INSERT INTO iap.journal_backlog SELECT transaction_id FROM iap.transactions")
-        try await ReconciliationStore(connection: connection).drainJournalBacklog()
+        _ = try await ReconciliationStore(connection: connection).drainJournalBacklog()
     }
 
     static func export(_ connection: PostgresConnection, from: String, to: String, includeSandbox: Bool) async throws -> String {
