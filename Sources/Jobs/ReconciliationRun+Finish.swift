@@ -189,7 +189,9 @@ extension ReconciliationRun {
     func writeMetrics(_ summary: RunSummary) throws {
         guard let file = options.metricsFile else { return }
         let previous = try? String(contentsOf: file, encoding: .utf8)
-        try RunReportWriter.write(RunReport.metrics(summary, previous: previous), to: file)
+        // A dry run stands in for no night: the alerts keep reading the last real one.
+        let text = options.isDryRun ? RunReport.dryRunMetrics(summary, previous: previous) : RunReport.metrics(summary, previous: previous)
+        try RunReportWriter.write(text, to: file)
     }
 
 }

@@ -221,7 +221,12 @@ enum ExplainOutput {
         out += "\nCorrections, newest first\n"
         out += evidence.corrections.isEmpty ? "  (none)\n" : table(
             ["run", "run started", "product", "kind", "status", "applied", "reason"],
-            evidence.corrections.map { [String($0.runId), time($0.runStartedAt), $0.productId, $0.kind.rawValue, $0.status.rawValue, time($0.appliedAt), $0.reason] })
+            evidence.corrections.map { correction in
+                // A dry run's plan is read, never applied: said so where its status stands.
+                let status = correction.status.rawValue + (correction.isDryRun ? " (dry run, never applied)" : "")
+                return [String(correction.runId), time(correction.runStartedAt), correction.productId, correction.kind.rawValue, status,
+                        time(correction.appliedAt), correction.reason]
+            })
         out += "\nServer notifications, newest first\n"
         out += evidence.notifications.isEmpty ? "  (none)\n" : table(
             ["id", "received", "type", "outcome", "processed", "reason"],

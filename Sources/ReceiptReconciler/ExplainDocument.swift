@@ -315,9 +315,12 @@ struct ExplainDocument: Encodable {
         let status: String
         @Nullable var appliedAt: Date?
         let reason: String
+        /// Planned by a dry run: never applied.
+        let dryRun: Bool
 
         enum CodingKeys: String, CodingKey {
             case runId = "run_id", runStartedAt = "run_started_at", productId = "product_id", kind, status, appliedAt = "applied_at", reason
+            case dryRun = "dry_run"
         }
 
         init(_ correction: AccountEvidence.PastCorrection) {
@@ -328,6 +331,7 @@ struct ExplainDocument: Encodable {
             status = correction.status.rawValue
             appliedAt = correction.appliedAt
             reason = correction.reason
+            dryRun = correction.isDryRun
         }
     }
 

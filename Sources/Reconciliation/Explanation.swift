@@ -73,9 +73,12 @@ public struct AccountEvidence: Sendable {
         public var reason: String
         public var status: CorrectionStatus
         public var appliedAt: Date?
+        /// Planned by a dry run: a plan to read, never to be applied.
+        public var isDryRun: Bool
 
         public init(runId: Int64, runStartedAt: Date?, productId: String, kind: Correction.Kind, reason: String, status: CorrectionStatus,
-                    appliedAt: Date?) {
+                    appliedAt: Date?, isDryRun: Bool = false) {
+            self.isDryRun = isDryRun
             self.runId = runId
             self.runStartedAt = runStartedAt
             self.productId = productId

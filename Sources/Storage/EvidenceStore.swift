@@ -77,14 +77,14 @@ public struct EvidenceStore: Sendable {
             evidence.entitlements = try await connection.query(
                 "SELECT * FROM iap.entitlements WHERE account_id = \(accountId) ORDER BY product_id").map { try Entitlement(row: $0) }
             evidence.corrections = try await connection.query("""
-                SELECT c.run_id, r.started_at, c.product_id, c.kind, c.reason, c.status, c.applied_at
+                SELECT c.run_id, r.started_at, r.dry_run, c.product_id, c.kind, c.reason, c.status, c.applied_at
                 FROM iap.corrections c JOIN iap.reconciliation_runs r ON r.id = c.run_id
                 WHERE c.account_id = \(accountId) ORDER BY c.id DESC
                 """).map { row in
                 AccountEvidence.PastCorrection(
                     runId: try row.decode("run_id"), runStartedAt: try row.decode("started_at"), productId: try row.decode("product_id"),
                     kind: try row.decodeRawValue("kind"), reason: try row.decode("reason"), status: try row.decodeRawValue("status"),
-                    appliedAt: try row.decode("applied_at"))
+                    appliedAt: try row.decode("applied_at"), isDryRun: try row.decode("dry_run"))
             }
             evidence.notifications = try await connection.query("""
                 SELECT id, received_at, processed_at, outcome, reason, body->>'notification_type' AS v1_type,
