@@ -98,6 +98,7 @@ public struct ConsumptionAnswering: Sendable {
                 case .failure(let failure):
                     let why = "notification history (\(environment.rawValue)) not read: \(NotificationHistoryFeed.describe(failure))"
                     summary.warnings.append(why)
+                    summary.appleUnreachable.append(why)
                     logger.warning("consumption.history_unread", metadata: ["consumption.reason": "\(why)"])
                     break pages
                 case .success(let answer):
@@ -356,6 +357,8 @@ public struct ConsumptionAnswering: Sendable {
                     }
                     ended = .pending
                     countedPending.insert(open.id)
+                    summary.appleUnreachable.append(
+                        "the answer for transaction \(open.transactionId) was not taken: \(NotificationHistoryFeed.describe(failure))")
                 }
                 summary.outcomes[ended, default: 0] += 1
                 logger.notice("consumption.answer", metadata: [

@@ -112,6 +112,14 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
             if let metricsFile, !dryRun {
                 try RunReportWriter.write(summary.metrics, to: URL(filePath: metricsFile))
             }
+            // Exit 1 when Apple could not be asked: a scheduler and the alerts see it, while what
+            // is left waits for the next run (docs/consumption.md, "Exit status").
+            if !summary.appleUnreachable.isEmpty {
+                logger.error("consumption.apple_unreachable", metadata: [
+                    "consumption.count": "\(summary.appleUnreachable.count)", "error": "\(summary.appleUnreachable.first ?? "")",
+                ])
+                throw ExitStatus.failed
+            }
         }
     }
 }

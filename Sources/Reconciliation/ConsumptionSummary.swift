@@ -22,6 +22,9 @@ public struct ConsumptionSummary: Sendable, Equatable {
     public var oldestOpenRequest: Date?
     /// What went wrong that did not stop the run (notification history unreadable, for instance).
     public var warnings: [String] = []
+    /// Where Apple could not be asked (its history unread, an answer it never took after this
+    /// run's attempts: a timeout, a 5xx): the command then exits 1, so a scheduler sees it.
+    public var appleUnreachable: [String] = []
     public var dryRun = false
     public var finishedAt = Date()
 
@@ -57,6 +60,9 @@ public struct ConsumptionSummary: Sendable, Equatable {
             lines.append("  oldest unanswered request: none")
         }
         lines += warnings.map { "  warning: " + $0 }
+        if !appleUnreachable.isEmpty {
+            lines.append("  Apple could not be asked \(appleUnreachable.count) time(s): the command exits 1; what is left is tried again next run")
+        }
         return lines.joined(separator: "\n") + "\n"
     }
 

@@ -287,7 +287,10 @@ import TestSupport
             _ = try await V2Notifications.ingest(world, [try Self.request(Self.transaction("91"), hoursAgo: 10.5, uuid: "slow")])
             let metrics = world.reportRoot.appending(path: "consumption.prom")
             let first = try await ConsumptionAnswerTests.answer(world, ["--metrics-file", metrics.path])
-            #expect(first.status == 0, "\(first.stderr.suffix(800))")
+            // Apple never took the answer: exit 1, so a scheduler sees it; the metrics are written all the same.
+            #expect(first.status == 1, "\(first.stderr.suffix(800))")
+            #expect(first.stderr.contains("consumption.apple_unreachable"), "\(first.stderr.suffix(800))")
+            #expect(first.stdout.contains("Apple could not be asked 1 time(s)"), "\(first.stdout)")
             #expect(try await Self.outcomes(world) == ["slow": "pending"])
             let text = try String(contentsOf: metrics, encoding: .utf8)
             let age = text.split(separator: "\n").first { $0.hasPrefix("receipt_reconciler_consumption_oldest_unanswered_seconds ") }
