@@ -143,7 +143,8 @@ public enum RunReport {
 
             | outcome | accounts |
             |---|---|
-            \(accountsByOutcome(summary).map { row($0.outcome, $0.accounts) }.joined(separator: "\n"))
+            \(accountOutcomeRows(summary).map { row($0.outcome, $0.accounts) }.joined(separator: "\n"))
+            | **processed** | **\(summary.accountsProcessed)** |
 
             ## Corrections by kind
 
@@ -154,6 +155,7 @@ public enum RunReport {
         for kind in Correction.Kind.allCases {
             text += row(kind.rawValue, summary.corrections[kind.rawValue] ?? 0) + "\n"
         }
+        text += "| **planned** | **\(summary.totalCorrections)** |\n"
         text += """
 
             - Applied: \(summary.correctionsApplied); superseded (the entitlement changed after planning, or a plan taken over and not applied): \(summary.correctionsSuperseded)
@@ -345,6 +347,13 @@ public enum RunReport {
             case .invalidReceipt: [(outcome.rawValue, summary.accountsInvalidReceipt)]
             }
         }
+    }
+
+    /// The rows of summary.md's accounts table: each account once (a verified one as `unchanged`
+    /// or `corrected`), so that they add up to the accounts processed.
+    static func accountOutcomeRows(_ summary: RunSummary) -> [(outcome: String, accounts: Int)] {
+        accountsByOutcome(summary).filter { $0.outcome != AccountOutcome.verified.rawValue }
+            .map { $0.outcome == "unchanged" || $0.outcome == "corrected" ? ("verified, \($0.outcome)", $0.accounts) : $0 }
     }
 
     public static func correctionFields(_ record: CorrectionRow) -> [String?] {

@@ -204,7 +204,7 @@ import TestSupport
             #expect(first.status == 0)
             let markdown = try await CLIProcess.run(["report", "1"], environment: RunWorld.environment(world))
             #expect(markdown.stdout.contains("# Reconciliation run 1"))
-            #expect(markdown.stdout.contains("| verified | 5 |"))
+            #expect(markdown.stdout.contains("| verified, corrected | 5 |") && markdown.stdout.contains("| **processed** | **5** |"))
             let json = try await CLIProcess.run(["report", "1", "--format", "json"], environment: RunWorld.environment(world))
             let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
             #expect((object?["outcomes"] as? [String: Int])?["verified"] == 5)
