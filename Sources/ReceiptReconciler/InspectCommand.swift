@@ -31,7 +31,10 @@ struct InspectCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON instead of a table.")
     var json = false
 
+    @OptionGroup var logging: LoggingOptions
+
     func run() async throws {
+        _ = logging.bootstrap()
         let bytes: [UInt8]
         if file == "-" {
             bytes = Array(FileHandle.standardInput.readDataToEndOfFile())

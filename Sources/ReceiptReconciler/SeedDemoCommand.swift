@@ -28,6 +28,8 @@ struct SeedDemoCommand: AsyncParsableCommand {
 
     @OptionGroup var database: DatabaseOptions
 
+    @OptionGroup var logging: LoggingOptions
+
     @Option(help: "How many accounts.")
     var accounts = 300
 
@@ -57,6 +59,7 @@ struct SeedDemoCommand: AsyncParsableCommand {
     var expectations: String?
 
     func run() async throws {
+        _ = logging.bootstrap()
         let store = SeedStore(connection: try await PostgresConnection.connect(try database.connectionString()))
         guard try await !store.hasReceipts() else {
             throw ValidationError("iap.app_receipts already has rows: seed-demo only fills an empty database")

@@ -41,4 +41,13 @@ import TestSupport
             #expect(result.stderr.contains("run 'receipt-reconciler migrate' first"), "\(command): \(result.stderr)")
         }
     }
+
+    /// docs/configuration.md, "Every command": `--log-level` and `--log-format` are every command's
+    /// (the simulator, which prints only where it listens, aside).
+    @Test func everyCommandTakesTheLoggingOptions() async throws {
+        for command in CommandLineCoverageTests.userCommands + [["seed-demo"]] {
+            let options = try await CommandLineCoverageTests.options(of: command)
+            #expect(options.isSuperset(of: ["--log-level", "--log-format"]), "\(command.joined(separator: " ")): \(options.sorted())")
+        }
+    }
 }
