@@ -40,10 +40,16 @@ final class ProgressReporter: Sendable {
             }
             FileHandle.standardError.write(Data((line + "   ").utf8))
         } else {
-            logger.info("run.progress", metadata: [
+            // A log read by a person at 3 a.m. says how far, of how many, and how long is left.
+            var metadata: Logger.Metadata = [
                 "run.accounts": "\(summary.accountsProcessed)", "run.accounts_per_second": "\(String(format: "%.1f", rate))",
                 "run.corrections": "\(summary.totalCorrections)", "apple.requests": "\(summary.appleRequests)",
-            ])
+            ]
+            if let total {
+                metadata["run.accounts_total"] = "\(total)"
+                if rate > 0 { metadata["run.eta_seconds"] = "\(Int(Double(max(0, total - summary.accountsProcessed)) / rate))" }
+            }
+            logger.info("run.progress", metadata: metadata)
         }
     }
 

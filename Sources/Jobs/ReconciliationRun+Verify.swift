@@ -24,7 +24,8 @@ extension ReconciliationRun {
         let batches = AsyncStream<[AccountResult]>.makeStream()
         let pendingBatches = ConcurrencyLimiter(limit: 2)
         // The total is only worth a query for a person watching a terminal.
-        let total = ProgressReporter.isTerminal ? try? await reader.countAccounts(selection: selection, now: now) : nil
+        // The total for the progress line, on a terminal and in the log alike: one count a run.
+        let total = try? await reader.countAccounts(selection: selection, now: now)
         let progress = ProgressReporter(interval: options.progressInterval, total: total, logger: logger)
         let verifyReceipt = VerifyReceiptSource(client: client, options: options, secretGuard: secretGuard)
         let source: any AppleAccountSource

@@ -30,7 +30,7 @@ struct AppleTrafficOptions: ParsableArguments {
     var appleSandboxURL: String?
 
     @Option(help: ArgumentHelp(
-        "File holding the app's shared secret (default: $APPLE_SHARED_SECRET). Never pass the secret itself on the command line.",
+        "File holding the app's shared secret, its owner's alone (chmod 600); without it the secret is read from the APPLE_SHARED_SECRET variable. Never pass the secret itself on the command line.",
         valueName: "path"))
     var sharedSecretFile: String?
 

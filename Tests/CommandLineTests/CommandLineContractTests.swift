@@ -188,6 +188,8 @@ import Testing
             let took = ContinuousClock.now - started
             #expect(often.status == 0)
             #expect(often.stderr.components(separatedBy: "run.progress").count - 1 >= 3, "\(often.stderr)")
+            // Of how many, and how long is left, off a terminal too.
+            #expect(often.stderr.contains("run.accounts_total=6") && often.stderr.contains("run.eta_seconds="), "\(often.stderr)")
             // `--batch-size 1`: a transaction an account.
             #expect(try await world.count("SELECT batches_written FROM iap.reconciliation_runs") == 6)
             try await world.connection.execute("UPDATE iap.app_receipts SET last_verified_at = NULL")
