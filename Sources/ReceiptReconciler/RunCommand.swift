@@ -161,14 +161,19 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     // safe: nothing was written yet.
     let stopSignals = StopSignals.stream()
     raiseOpenFileLimit()
-    let connectionString = try database.connectionString()
-    let secret = try common.traffic.sharedSecret()
-    let endpoints = try common.traffic.endpoints()
-    // The Server API's configuration is checked before anything connects.
+    // Every setting is checked before anything connects, and every one missing is named at once.
+    var settings = ConfigurationCheck()
+    let connectionString = settings.check { try database.connectionString() }
+    let secret = settings.check { try common.traffic.sharedSecret() }
+    let endpoints = settings.check { try common.traffic.endpoints() }
     let serverAPIConfiguration = options.sources.asksServerAPI
-        ? (try common.appStoreConnect.credentials(bundleIds: common.app.configuredBundleIds(), appAppleId: common.app.configuredAppAppleId()),
-           try common.appStoreConnect.endpoints())
+        ? settings.check {
+            (try common.appStoreConnect.credentials(bundleIds: common.app.configuredBundleIds(), appAppleId: common.app.configuredAppAppleId()),
+             try common.appStoreConnect.endpoints())
+        }
         : nil
+    try settings.done()
+    guard let connectionString, let secret, let endpoints else { throw ConfigurationError("the configuration is incomplete") }
     let sessions = RunSessions(
         lock: try await PostgresConnection.connect(connectionString),
         reader: try await PostgresConnection.connect(connectionString),
@@ -222,5 +227,28 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     case .sharedSecretRejected:
         logger.error("apple.shared_secret_rejected", metadata: ["error": "\(result.summary.error ?? "")"])
         throw ExitStatus.configuration
+    }
+}
+
+/// Checks settings one after another and keeps every problem, so that one error names them all:
+/// an operator mends the whole configuration at once, not one variable a night.
+struct ConfigurationCheck {
+    private(set) var problems: [String] = []
+
+    mutating func check<Value>(_ body: () throws -> Value) -> Value? {
+        do {
+            return try body()
+        } catch let error as ConfigurationError {
+            problems.append(error.description)
+        } catch {
+            problems.append("\(error)")
+        }
+        return nil
+    }
+
+    /// Throws one error naming every problem found, if any.
+    func done() throws {
+        guard !problems.isEmpty else { return }
+        throw ConfigurationError(problems.count == 1 ? problems[0] : problems.enumerated().map { "(\($0 + 1)) \($1)" }.joined(separator: "; "))
     }
 }

@@ -50,4 +50,12 @@ import TestSupport
             #expect(options.isSuperset(of: ["--log-level", "--log-format"]), "\(command.joined(separator: " ")): \(options.sorted())")
         }
     }
+
+    /// Nothing set at all: one error names the database and the shared secret together.
+    @Test func aRunWithNothingSetNamesEverySettingItNeeds() async throws {
+        let result = try await CLIProcess.run(["run"], environment: [:])
+        #expect(result.status == 2, "\(result.stderr)")
+        let lines = result.stderr.split(separator: "\n").filter { $0.contains("configuration.invalid") }
+        #expect(lines.count == 1 && lines[0].contains("DATABASE_URL") && lines[0].contains("APPLE_SHARED_SECRET"), "\(result.stderr)")
+    }
 }
