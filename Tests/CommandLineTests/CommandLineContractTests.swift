@@ -538,15 +538,8 @@ import Testing
     /// rejected (`jws_invalid: app_apple_id`), this app's refund applied.
     @Test func theAppAppleIdVariableIsWhatProductionNotificationsMustCarry() async throws {
         try await RunWorld.with("appappleid") { world in
-            try await V2Notifications.gamer(world)
-            let refund = try V2Notifications.body(
-                "REFUND", transaction: V2Notifications.consumable("91", world: world, revokedAt: world.nowMs - 3_600_000))
-            #expect(try await V2Notifications.ingest(world, [refund]) == 1)
-            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
-            let root = world.reportRoot.appending(path: "root.der")
-            try Data(V2Notifications.chain.root).write(to: root)
-            var environment = Self.environment(world)
-            environment["APPSTORE_BUNDLE_ID"] = "com.example.app"
+            var (root, environment) = try await V2Notifications.storedRefund(world)
+            let refund = try await world.connection.query("SELECT body::text AS body FROM iap.notifications")[0].decode("body", as: String.self)
             environment["APPSTORE_APP_APPLE_ID"] = "999"
             let arguments = ["backfill", "--notifications-only", "--apple-root-certificate", root.path, "--report-dir", world.reportRoot.path]
             #expect(try await CLIProcess.run(arguments, environment: environment).status == 0)

@@ -91,16 +91,7 @@ import TestSupport
     /// refund).
     @Test func aNotificationCancelledByAStopKeepsNoStartTowardItsQuarantine() async throws {
         try await RunWorld.with("cancel-notification") { world in
-            try await V2Notifications.gamer(world)
-            let refund = try V2Notifications.body(
-                "REFUND", transaction: V2Notifications.consumable("91", world: world, revokedAt: world.nowMs - 3_600_000))
-            #expect(try await V2Notifications.ingest(world, [refund]) == 1)
-            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
-            let root = world.reportRoot.appending(path: "root.der")
-            try Data(V2Notifications.chain.root).write(to: root)
-            var environment = RunWorld.environment(world)
-            environment["APPSTORE_BUNDLE_ID"] = "com.example.app"
-            environment["APPSTORE_APP_APPLE_ID"] = String(V2Notifications.appAppleId)
+            let (root, environment) = try await V2Notifications.storedRefund(world)
             let holder = try await world.database.connect()
             try await holder.execute("BEGIN")
             try await holder.execute("LOCK TABLE iap.transactions IN SHARE MODE")

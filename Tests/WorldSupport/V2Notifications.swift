@@ -78,4 +78,19 @@ enum V2Notifications {
     static func ingest(_ world: RunWorld, _ bodies: [String]) async throws -> Int {
         try await NotificationStore(connection: world.connection).insert(bodies: bodies)
     }
+
+    /// The gamer's signed REFUND of consumable 91 stored, the test chain's root written for the
+    /// executable, and its environment (the bundle id and this app's Apple id set).
+    static func storedRefund(_ world: RunWorld) async throws -> (root: URL, environment: [String: String]) {
+        try await gamer(world)
+        let refund = try body("REFUND", transaction: consumable("91", world: world, revokedAt: world.nowMs - 3_600_000))
+        #expect(try await ingest(world, [refund]) == 1)
+        try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
+        let root = world.reportRoot.appending(path: "root.der")
+        try Data(chain.root).write(to: root)
+        var environment = RunWorld.environment(world)
+        environment["APPSTORE_BUNDLE_ID"] = "com.example.app"
+        environment["APPSTORE_APP_APPLE_ID"] = String(appAppleId)
+        return (root, environment)
+    }
 }
