@@ -23,7 +23,6 @@ extension ReconciliationRun {
         let (now, reader, logger) = (context.now, context.reader, context.logger)
         let batches = AsyncStream<[AccountResult]>.makeStream()
         let pendingBatches = ConcurrencyLimiter(limit: 2)
-        // The total is only worth a query for a person watching a terminal.
         // The total for the progress line, on a terminal and in the log alike: one count a run.
         let total = try? await reader.countAccounts(selection: selection, now: now)
         let progress = ProgressReporter(interval: options.progressInterval, total: total, logger: logger)
@@ -39,8 +38,14 @@ extension ReconciliationRun {
         } else {
             source = verifyReceipt
         }
+        let isFirstNight = try await withDatabaseRetry(logger: logger) { try await reader.isFirstNight(startedAt: now) }
+        if isFirstNight {
+            logger.notice("run.first_night", metadata: [
+                "run.reason": "no run completed and no entitlement was imported: a first row that grants nothing counts as a revoke",
+            ])
+        }
         let processor = AccountProcessor(source: source, options: options, rules: rules,
-                                         diff: EntitlementDiff(expiryLag: options.expiryLag.timeInterval), now: now)
+                                         diff: EntitlementDiff(expiryLag: options.expiryLag.timeInterval, isFirstNight: isFirstNight), now: now)
         let (written, suspects) = try await withThrowingTaskGroup(of: Written.self) { group in
             group.addTask {
                 defer { pendingBatches.close() }  // a writer that ended early never leaves the producer waiting

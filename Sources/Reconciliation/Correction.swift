@@ -15,15 +15,16 @@ public struct Correction: Sendable, Equatable {
     public enum Kind: String, Sendable, Codable, CaseIterable {
         /// Not entitled (or no row) before, entitled now.
         case grant
-        /// Entitled before, or no row stored, and not entitled now: a first row that grants
-        /// nothing takes away what the app may have given of its own (its table before adoption),
-        /// so the safety limit counts it (docs/guarantees.md, "Safety limit").
+        /// Entitled before, not now; on a first night with nothing imported, also a first row that
+        /// grants nothing: it may take away what the app gave from its own table, so the safety
+        /// limit counts it (docs/guarantees.md, "Safety limit").
         case revoke
         /// Entitled before and after, expiring later.
         case extend
         /// Entitled before and after, expiring earlier.
         case shorten
-        /// Not entitled before and after, or entitled with the same expiry: another field changed.
+        /// Not entitled before and after (a first row that grants nothing, but on a first night),
+        /// or entitled with the same expiry: another field changed.
         case update
     }
 
@@ -50,9 +51,15 @@ public struct EntitlementDiff: Sendable {
     /// A revoke for an expiry that passed less than this long ago waits for a later run:
     /// Apple's renewal can show up late.
     public var expiryLag: TimeInterval
+    /// A first night before the app's access was imported (no completed run, no entitlement stored
+    /// before it): with no row the job cannot know what the app gave from its own table, so a
+    /// first row that grants nothing is a `revoke`, counted by the safety limit. After an import,
+    /// or after a first night, a missing row means no access, and such a row is an `update`.
+    public var isFirstNight: Bool
 
-    public init(expiryLag: TimeInterval = 3600) {
+    public init(expiryLag: TimeInterval = 3600, isFirstNight: Bool = false) {
         self.expiryLag = expiryLag
+        self.isFirstNight = isFirstNight
     }
 
     /// What a diff decided for one account.
@@ -76,7 +83,7 @@ public struct EntitlementDiff: Sendable {
         for after in computed where !leftAsStored.contains(after.productId) {
             let before = storedByProduct[after.productId]
             guard before != after else { continue }
-            let kind = Self.kind(before: before, after: after)
+            let kind = Self.kind(before: before, after: after, isFirstNight: isFirstNight)
             let correction = Correction(
                 accountId: after.accountId, productId: after.productId, kind: kind,
                 reason: Self.reason(kind: kind, before: before, after: after, cancellationReasons: cancellationReasons),
@@ -109,9 +116,9 @@ public struct EntitlementDiff: Sendable {
         return now.timeIntervalSince(end) < expiryLag
     }
 
-    static func kind(before: Entitlement?, after: Entitlement) -> Correction.Kind {
-        // No row is not "not entitled": the app may grant from a table of its own.
-        if before == nil { return after.entitled ? .grant : .revoke }
+    static func kind(before: Entitlement?, after: Entitlement, isFirstNight: Bool = false) -> Correction.Kind {
+        // On a first night no row is not "not entitled": the app may grant from a table of its own.
+        if before == nil && isFirstNight && !after.entitled { return .revoke }
         let wasEntitled = before?.entitled ?? false
         switch (wasEntitled, after.entitled) {
         case (false, true): return .grant

@@ -216,6 +216,20 @@ extension ReconciliationStore {
 }
 
 extension ReconciliationStore {
+    /// Whether the run started at `startedAt` is a first night before the app's access was
+    /// imported: no run has completed, and no entitlement was stored before the first run that
+    /// was not a dry run began (rows a sibling shard writes tonight are newer). Then a first row
+    /// that grants nothing counts as a revoke (docs/guarantees.md, "Safety limit").
+    public func isFirstNight(startedAt: Date) async throws -> Bool {
+        try await connection.query("""
+            SELECT NOT EXISTS (SELECT 1 FROM iap.reconciliation_runs WHERE NOT dry_run AND status = 'completed')
+               AND NOT EXISTS (
+                   SELECT 1 FROM iap.entitlements
+                   WHERE updated_at < COALESCE((SELECT min(started_at) FROM iap.reconciliation_runs WHERE NOT dry_run), \(startedAt)::timestamptz)
+               ) AS first_night
+            """)[0].decode("first_night")
+    }
+
     /// The summary a run stored, or nil when there is no such run.
     public func runSummary(runId: Int64) async throws -> RunSummary? {
         let rows = try await connection.query("""

@@ -1,4 +1,5 @@
 import Foundation
+import Reconciliation
 import Testing
 import TestSupport
 @testable import WorldSupport
@@ -57,5 +58,35 @@ import TestSupport
         #expect(result.status == 2, "\(result.stderr)")
         let lines = result.stderr.split(separator: "\n").filter { $0.contains("configuration.invalid") }
         #expect(lines.count == 1 && lines[0].contains("DATABASE_URL") && lines[0].contains("APPLE_SHARED_SECRET"), "\(result.stderr)")
+    }
+
+    /// On a first night before an import, a first row that grants nothing counts as a revoke (the
+    /// app may have given access from its own table); once the app's access was imported, or after
+    /// a first night, a missing row means no access, and such a row is an update.
+    @Test func aFirstNightWithNothingImportedCountsLostAccessAndAnImportedOneDoesNot() async throws {
+        func night(_ world: RunWorld, _ name: String) async throws -> (revokes: Int, log: String) {
+            let result = try await CLIProcess.run(["run", "--stale-after", "0s", "--report-dir", world.reportRoot.appending(path: name).path],
+                                                  environment: RunWorld.environment(world))
+            #expect(result.status == 0, "\(result.stderr.suffix(1000))")
+            let runId = try await world.count("SELECT max(id) FROM iap.reconciliation_runs")
+            return (try await world.count("SELECT count(*) FROM iap.corrections WHERE kind = 'revoke' AND run_id = \(runId)"), result.stderr)
+        }
+        try await RunWorld.with("first-night") { world in
+            try await RunWorld.populate(world, count: 20)  // 5 lapsed days ago, nothing stored
+            let first = try await night(world, "first")
+            #expect(first.revokes == 5 && first.log.contains("run.first_night"), "\(first.revokes)")
+            // The next night: a new account with a lapsed subscription takes nothing away.
+            try await world.addReceipt("newcomer", spec: ["generate": ["subscriptions": [world.subscription(original: "990", endDays: -3)]]])
+            let second = try await night(world, "second")
+            #expect(second.revokes == 0 && !second.log.contains("run.first_night"))
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE account_id = 'newcomer' AND kind = 'update'") == 1)
+        }
+        try await RunWorld.with("first-night-imported") { world in
+            try await RunWorld.populate(world, count: 20)
+            try await world.store(Entitlement(accountId: "someone-else", productId: "pro.monthly", originalTransactionId: "", state: .active,
+                                              expiresAt: world.expiry(endDays: 30)))
+            let imported = try await night(world, "first")
+            #expect(imported.revokes == 0 && !imported.log.contains("run.first_night"), "\(imported.revokes)")
+        }
     }
 }

@@ -18,6 +18,7 @@ import Testing
         var after: Entitlement
         var kind: Correction.Kind?
         var reason: String?
+        var isFirstNight = false
         var testDescription: String { name }
     }
 
@@ -36,11 +37,16 @@ import Testing
               kind: .shorten, reason: "expiry moved earlier: 2027-02-16 -> 2027-01-17"),
         .init(name: "auto-renew switched off: update", before: row(.active, expires: 10), after: row(.active, expires: 10, autoRenew: false),
               kind: .update, reason: "details changed: auto_renew true -> false"),
-        // No row is not "not entitled": the app may have given access of its own before adoption.
-        .init(name: "no row, expired long ago: revoke", before: nil, after: row(.expired, expires: -30), kind: .revoke,
+        .init(name: "no row, expired long ago: update", before: nil, after: row(.expired, expires: -30), kind: .update,
               reason: "expired on 2026-12-16 (no entitlement was stored)"),
-        .init(name: "no row, refunded: revoke", before: nil, after: row(.refunded, expires: 10), kind: .revoke,
-              reason: "refund on 2027-01-14 (no entitlement was stored)"),
+        // On a first night, before the app's access was imported, no row is not "not entitled":
+        // the app may have given access from its own table.
+        .init(name: "first night, no row, expired long ago: revoke", before: nil, after: row(.expired, expires: -30), kind: .revoke,
+              reason: "expired on 2026-12-16 (no entitlement was stored)", isFirstNight: true),
+        .init(name: "first night, no row, refunded: revoke", before: nil, after: row(.refunded, expires: 10), kind: .revoke,
+              reason: "refund on 2027-01-14 (no entitlement was stored)", isFirstNight: true),
+        .init(name: "first night, no row, active: grant", before: nil, after: row(.active, expires: 10), kind: .grant,
+              reason: "purchase found: expires 2027-01-25", isFirstNight: true),
         .init(name: "expired, still expired with auto-renew off: update", before: row(.expired, expires: -30),
               after: row(.expired, expires: -30, autoRenew: false), kind: .update, reason: "expired on 2026-12-16; auto-renew is off"),
         .init(name: "active to grace period: update", before: row(.active, expires: 10),
@@ -53,7 +59,7 @@ import Testing
 
     @Test(arguments: kindCases)
     func kinds(_ test: KindCase) {
-        let plan = EntitlementDiff().corrections(stored: test.before.map { [$0] } ?? [], computed: [test.after], now: Self.now)
+        let plan = EntitlementDiff(isFirstNight: test.isFirstNight).corrections(stored: test.before.map { [$0] } ?? [], computed: [test.after], now: Self.now)
         #expect(plan.corrections.first?.kind == test.kind)
         #expect(plan.corrections.count == (test.kind == nil ? 0 : 1))
         #expect(plan.corrections.first?.reason == test.reason)

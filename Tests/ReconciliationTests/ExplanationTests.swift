@@ -51,7 +51,7 @@ import TestSupport
              renewal: PendingRenewalInfo(originalTransactionId: "1", isInBillingRetryPeriod: true), stored: .active,
              state: .billingRetry, why: "Apple is still trying to bill", next: .revoke),
         Case(name: "expired without renewal info", ledger: [ledger("1", purchased: -32, expires: -2)], stored: nil,
-             state: .expired, why: "no renewal info is stored for chain 1", next: .revoke),
+             state: .expired, why: "no renewal info is stored for chain 1", next: .update),
         Case(name: "sandbox denied", ledger: [ledger("1", purchased: -1, expires: 29, environment: .sandbox)], stored: .active,
              sandbox: .deny, state: nil, why: "1 sandbox transaction(s) ignored (--sandbox deny)", next: .revoke),
         Case(name: "stored row with no transaction", ledger: [], stored: .active, state: nil,
