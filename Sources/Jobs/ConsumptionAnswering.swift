@@ -98,7 +98,9 @@ public struct ConsumptionAnswering: Sendable {
                 case .failure(let failure):
                     let why = "notification history (\(environment.rawValue)) not read: \(NotificationHistoryFeed.describe(failure))"
                     summary.warnings.append(why)
-                    summary.appleUnreachable.append(why)
+                    // Apple out of reach for the customers' own environment; not a 429 (the quota is the
+                    // app server's too: waiting is right), nor the sandbox's flakiness.
+                    if environment == .production && !page.throttled { summary.appleUnreachable.append(why) }
                     logger.warning("consumption.history_unread", metadata: ["consumption.reason": "\(why)"])
                     break pages
                 case .success(let answer):
@@ -357,8 +359,10 @@ public struct ConsumptionAnswering: Sendable {
                     }
                     ended = .pending
                     countedPending.insert(open.id)
-                    summary.appleUnreachable.append(
-                        "the answer for transaction \(open.transactionId) was not taken: \(NotificationHistoryFeed.describe(failure))")
+                    if !outcome.throttled {  // a 429 is Apple saying wait, not Apple out of reach
+                        summary.appleUnreachable.append(
+                            "the answer for transaction \(open.transactionId) was not taken: \(NotificationHistoryFeed.describe(failure))")
+                    }
                 }
                 summary.outcomes[ended, default: 0] += 1
                 logger.notice("consumption.answer", metadata: [
