@@ -11,8 +11,8 @@ on this host, init containers included (run first, in order, the main container 
    iap.schema_migrations records, each once. One role, as in a first set-up: the Secret's
    DATABASE_URL owns the schema. Without the key, as that manifest is for (a first night with it
    reads 30 days of Apple's notification history, some 50 s at the sandbox's budget split 4 ways).
-2. Then, 30 demo accounts seeded, the job as a role of its own (docs/adoption.md, "A role of its
-   own": granted only what that page grants; the owner's DATABASE_URL in the Secret
+2. Then, 30 demo accounts seeded, the job as a role of its own
+   (docs/adoption.md, "A role of its own": granted only what that page grants; the owner's DATABASE_URL in the Secret
    receipt-reconciler-migrate, which only the init containers read, so a migrate that ignored it
    would be refused by PostgreSQL): the nightly CronJob's Indexed Job, pods 0 and 1 together, each
    running its own shard (0/4, 1/4: the summary.json and iap.reconciliation_runs say so) and writing
