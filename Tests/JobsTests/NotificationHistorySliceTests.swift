@@ -37,7 +37,10 @@ import Throttling
     /// so (the overlap and the run's last minutes add one or two). Each night goes on where the
     /// last stopped: the window is whole by the 12th night, the REFUND applied when it is read;
     /// read from the start each night, as before slices, it never would be.
-    @Test func aWindowTenNightsLongIsStoredWholeAndItsLastRefundApplied() async throws {
+    /// Left to the plain run: under the thread sanitizer it ran alone for the last 100 s of the suite,
+    /// and the feed's steps it repeats twelve times are the sanitized run's in the tests beside it.
+    @Test(.disabled(if: isSanitizedRun, "time: the sanitized suite's longest tail; its steps are covered beside it"))
+    func aWindowTenNightsLongIsStoredWholeAndItsLastRefundApplied() async throws {
         let now = Date()
         let nowMs = Int64(now.timeIntervalSince1970 * 1000)
         let fromMs = (nowMs / 1000) * 1000 - 20 * Self.day
