@@ -1,3 +1,4 @@
+import CivilCalendar
 import CLibPQ
 import Foundation
 import Locking
@@ -84,7 +85,7 @@ final class StatementCanceller: @unchecked Sendable {
     func cancel(_ serial: UInt64, after grace: Duration) {
         let thread = Thread { [self] in
             Thread.current.name = "libpq-cancel"  // set inside: a name set before start() does not stick on Linux
-            if grace > .zero { Thread.sleep(forTimeInterval: grace.seconds) }
+            if grace > .zero { Thread.sleep(forTimeInterval: grace.timeInterval) }
             cancel(serial)
         }
         thread.start()
@@ -123,13 +124,6 @@ enum StopCancellation {
     static var isStopping: Bool { stopping.withLock { $0 } }
 
     static func begin() { stopping.withLock { $0 = true } }
-}
-
-extension Duration {
-    var seconds: Double {
-        let (seconds, attoseconds) = components
-        return Double(seconds) + Double(attoseconds) / 1e18
-    }
 }
 
 extension PostgresConnection {

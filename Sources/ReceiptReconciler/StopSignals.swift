@@ -1,3 +1,4 @@
+import CivilCalendar
 import Foundation
 import Locking
 import Postgres
@@ -68,8 +69,7 @@ enum StopSignals {
                     // cancel that cannot reach the server does not hold the end up for long.
                     ending.withLock { $0 = true }
                     if PostgresConnection.stopping() > 0 {
-                        let (seconds, attoseconds) = PostgresConnection.cancellationGrace.components
-                        Thread.sleep(forTimeInterval: Double(seconds) + Double(attoseconds) / 1e18 + 0.5)
+                        Thread.sleep(forTimeInterval: PostgresConnection.cancellationGrace.timeInterval + 0.5)
                     }
                     end(by: received)
                 }
