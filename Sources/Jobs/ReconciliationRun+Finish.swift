@@ -17,6 +17,7 @@ extension ReconciliationRun {
     func applyWithinSafetyLimit(_ context: RunContext, summary: inout RunSummary) async throws -> Ending {
         let (now, writer, logger) = (context.now, context.writer, context.logger)
         if secretGuard.hasRejected(accountsVerified: summary.accountsVerified) { return .sharedSecretRejected }
+        try await announceFirstNightLosses(context, summary: summary)
         let ending: Ending = stopRequested.withLock { $0 } ? .interrupted : .completed
         guard !options.isDryRun else { return ending }
 

@@ -38,7 +38,7 @@ extension ReconciliationRun {
         } else {
             source = verifyReceipt
         }
-        let isFirstNight = try await withDatabaseRetry(logger: logger) { try await reader.isFirstNight(startedAt: now) }
+        let isFirstNight = context.isFirstNight
         if isFirstNight {
             logger.notice("run.first_night", metadata: [
                 "run.reason": "no run completed and no entitlement was imported: a first row that grants nothing counts as a revoke",

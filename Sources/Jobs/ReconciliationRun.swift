@@ -52,11 +52,14 @@ public final class ReconciliationRun: Sendable {
     let sharedSecret: String
     /// Told a rolling run's plan before any account is verified (`run --dry-run` prints it).
     let planned: (@Sendable (SchedulePlan) -> Void)?
+    /// Told, on a first night, what the plan takes away per product before anything is applied.
+    let firstNightLosses: (@Sendable (FirstNightLosses) -> Void)?
 
     public init(options: RunOptions, sessions: RunSessions, client: VerifyReceiptClient, serverAPI: ServerAPIClient? = nil,
                 sharedSecret: String, logger: Logger, sharedSecretRejectionLimit: Int = 20,
-                planned: (@Sendable (SchedulePlan) -> Void)? = nil) {
+                planned: (@Sendable (SchedulePlan) -> Void)? = nil, firstNightLosses: (@Sendable (FirstNightLosses) -> Void)? = nil) {
         self.planned = planned
+        self.firstNightLosses = firstNightLosses
         self.serverAPI = serverAPI
         signedData = Result { () throws(SignedDataVerifier.BadRoot) in try SignedDataVerifier(configuration: options.signedDataConfiguration) }
         self.options = options
@@ -110,10 +113,12 @@ public final class ReconciliationRun: Sendable {
     func runHoldingLock() async throws -> (summary: RunSummary, ending: Ending) {
         let now = Date()
         let (reader, writer) = (sessions.reader, sessions.writer)
+        // Refused before the run's row: a first night nobody asked for leaves nothing behind.
+        let isFirstNight = try await judgeFirstNight(now: now, reader: reader)
         var summary = try await startRun(now: now, writer: writer)
         var logger = self.logger
         logger[metadataKey: "run.id"] = "\(summary.runId)"
-        let context = RunContext(runId: summary.runId, now: now, reader: reader, writer: writer, logger: logger)
+        let context = RunContext(runId: summary.runId, now: now, reader: reader, writer: writer, logger: logger, isFirstNight: isFirstNight)
         logger.info("run.started", metadata: [
             "run.kind": "\(options.kind.rawValue)", "run.dry_run": "\(options.isDryRun)", "run.shard": "\(options.shardText ?? "all")",
         ])
@@ -164,6 +169,8 @@ struct RunContext: Sendable {
     let reader: ReconciliationStore
     let writer: ReconciliationStore
     let logger: Logger
+    /// No run completed and nothing was imported: a first row that grants nothing is a revoke.
+    let isFirstNight: Bool
 }
 
 /// The options as the run row records them (never the shared secret).

@@ -34,6 +34,9 @@ public struct RunOptions: Sendable {
     public var maximumRevokeRatio = 0.10
     /// ...over a night of at least this many verified accounts (docs/guarantees.md, "Safety limit").
     public var revokeRatioMinimumAccounts = 100
+    /// A first night on an empty `iap.entitlements` (nothing of the app's own access imported) is
+    /// refused unless this is set (`--first-night`, docs/adoption.md, "The first night").
+    public var acceptsFirstNight = false
     /// Accounts read per page, and per write transaction.
     public var pageSize = 500
     public var batchSize = 500

@@ -193,7 +193,8 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     }
     let run = ReconciliationRun(
         options: options, sessions: sessions, client: client, serverAPI: serverAPI, sharedSecret: secret, logger: logger,
-        planned: printPlan)
+        planned: printPlan,
+        firstNightLosses: { losses in FileHandle.standardOutput.write(Data((losses.lines.joined(separator: "\n") + "\n").utf8)) })
 
     let result: (summary: RunSummary, ending: ReconciliationRun.Ending)
     do {
@@ -215,6 +216,9 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
             }
             throw CancellationError()  // only if the run's own task was cancelled before it returned
         }
+    } catch let refused as FirstNightRefused {
+        logger.error("run.first_night_refused", metadata: ["error": "\(refused)"])
+        throw ExitStatus.configuration
     } catch is RunLocked {
         logger.error("run.locked", metadata: ["error": "another run holds the lock on this database; try again when it ends"])
         throw ExitStatus.locked

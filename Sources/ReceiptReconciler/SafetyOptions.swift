@@ -20,6 +20,9 @@ struct SafetyOptions: ParsableArguments {
     @Option(help: "Judge --max-revoke-ratio only over a night of at least this many verified accounts (a shard K/N counts as its whole night).")
     var revokeRatioMinimum = RunOptions.defaults.revokeRatioMinimumAccounts
 
+    @Flag(help: "Run although iap.entitlements is empty and no run has completed (the app's own access was never imported): every account whose first row grants nothing counts as losing access. The run prints what it takes away, per product, before applying anything (docs/adoption.md, 'The first night').")
+    var firstNight = false
+
     func validate() throws {
         guard (0...1).contains(maxRevokeRatio) else { throw ValidationError("--max-revoke-ratio must be between 0 and 1") }
         guard revokeRatioMinimum >= 1 else { throw ValidationError("--revoke-ratio-minimum must be at least 1") }
@@ -31,5 +34,6 @@ struct SafetyOptions: ParsableArguments {
         options.expiryLag = expiryLag.duration
         options.maximumRevokeRatio = maxRevokeRatio
         options.revokeRatioMinimumAccounts = revokeRatioMinimum
+        options.acceptsFirstNight = firstNight
     }
 }

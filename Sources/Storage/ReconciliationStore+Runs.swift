@@ -230,6 +230,24 @@ extension ReconciliationStore {
             """)[0].decode("first_night")
     }
 
+    /// Whether receipts are stored to decide access from while `iap.entitlements` holds no row at
+    /// all: nothing of the app's own access was imported (with no receipt, nothing can be taken away).
+    public func accessNeverImported() async throws -> Bool {
+        try await connection.query("""
+            SELECT NOT EXISTS (SELECT 1 FROM iap.entitlements) AND EXISTS (SELECT 1 FROM iap.app_receipts) AS never_imported
+            """)[0].decode("never_imported")
+    }
+
+    /// The accounts this run's plan takes access from, per product: what a first night prints
+    /// before applying anything (docs/adoption.md, "The first night").
+    public func plannedLosses(runId: Int64) async throws -> [(productId: String, accounts: Int)] {
+        try await connection.query("""
+            SELECT product_id, count(DISTINCT account_id) AS accounts
+            FROM iap.corrections WHERE run_id = \(runId) AND status = 'planned' AND kind = 'revoke'
+            GROUP BY product_id ORDER BY product_id
+            """).map { (try $0.decode("product_id"), try $0.decode("accounts")) }
+    }
+
     /// The summary a run stored, or nil when there is no such run.
     public func runSummary(runId: Int64) async throws -> RunSummary? {
         let rows = try await connection.query("""

@@ -41,6 +41,7 @@ import TestSupport
         "--max-attempts": ["maxAttemptsIsHowOftenAReceiptIsSent"],
         "--max-revoke-ratio": ["theRevokeRatioIsTheUsersAndCountsFromAHundredAccounts"],
         "--revoke-ratio-minimum": ["theRevokeRatioMinimumIsTheUsers"],
+        "--first-night": ["aFirstNightPrintsWhatItTakesAwayPerProductBeforeApplying"],
         "--metrics-file": ["aRevokeRatioAbortExitsWith3", "transientErrorsPastTheDeadlineEndFailed"],
         "--notifications-only": ["notificationsOnlyVerifiesJustTheAccountsTheyMadeDue"],
         "--output": ["exportFinanceWritesItsFileAndLeavesSandboxOutUnlessAsked"],

@@ -15,9 +15,17 @@ public final class CLIProcess: @unchecked Sendable {
     /// `parentBlocksNoSignal`: started as a shell or cron starts it, with no signal blocked. By
     /// default it inherits the mask of the test thread that starts it, which blocks every signal.
     /// `standardInput`: what it reads on stdin (by default nothing: /dev/null).
+    ///
+    /// `acceptsFirstNight`: a `run` or `backfill` gets `--first-night`. The test worlds start with
+    /// an empty `iap.entitlements`, which the job refuses for a first night without it; the tests of
+    /// that refusal (FirstNightGuardTests) pass false.
     public init(_ arguments: [String], environment: [String: String], parentBlocksNoSignal: Bool = false,
-                standardInput: Data? = nil) throws {
+                standardInput: Data? = nil, acceptsFirstNight: Bool = true) throws {
         let binary = TestPaths.binaries.appending(path: "receipt-reconciler")
+        var arguments = arguments
+        if acceptsFirstNight, ["run", "backfill"].contains(arguments.first), !arguments.contains("--help") {
+            arguments.append("--first-night")
+        }
         if parentBlocksNoSignal {
             // Python clears the mask and becomes the CLI (exec keeps the pid the test signals).
             let script = """
@@ -55,10 +63,11 @@ public final class CLIProcess: @unchecked Sendable {
     }
 
     /// Runs to the end and returns the exit status with everything printed.
-    public static func run(_ arguments: [String], environment: [String: String], standardInput: Data? = nil) async throws
+    public static func run(_ arguments: [String], environment: [String: String], standardInput: Data? = nil,
+                           acceptsFirstNight: Bool = true) async throws
         -> (status: Int32, stdout: String, stderr: String)
     {
-        let cli = try CLIProcess(arguments, environment: environment, standardInput: standardInput)
+        let cli = try CLIProcess(arguments, environment: environment, standardInput: standardInput, acceptsFirstNight: acceptsFirstNight)
         return try await cli.wait()
     }
 

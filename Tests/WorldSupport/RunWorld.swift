@@ -135,6 +135,9 @@ final class RunWorld: @unchecked Sendable {
         options.reportDirectory = reportRoot.appending(path: UUID().uuidString)
         options.pageSize = 7  // several pages even in small worlds
         options.batchSize = 5
+        // The worlds start with no entitlement stored: a first night the job refuses without this
+        // (FirstNightGuardTests test the refusal).
+        options.acceptsFirstNight = true
         return options
     }
 

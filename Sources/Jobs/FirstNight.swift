@@ -1,0 +1,69 @@
+import Foundation
+import Logging
+import Reconciliation
+import Storage
+
+/// A first night with receipts stored and an empty `iap.entitlements`, without `--first-night`:
+/// refused before anything is read or written (docs/adoption.md, "The first night").
+public struct FirstNightRefused: Error, CustomStringConvertible {
+    public var description: String {
+        "iap.entitlements is empty, receipts are stored and no run has completed: this first night would decide every customer's access "
+            + "from Apple's answers alone. Import the app's current access first (docs/adoption.md, 'The first import'), "
+            + "or pass --first-night to run anyway; it prints what it takes away, per product, before applying anything"
+    }
+}
+
+/// What a first night takes away, per product, printed before anything is applied.
+public struct FirstNightLosses: Sendable, Equatable {
+    public var products: [Product]
+    /// The accounts Apple answered in full this run: what the losses are out of.
+    public var accountsVerified: Int
+    public var isDryRun: Bool
+
+    public struct Product: Sendable, Equatable {
+        public var productId: String
+        /// Accounts whose plan takes this product's access away.
+        public var accounts: Int
+    }
+
+    /// The lines printed on stdout: a heading, a row per product, and what is done next.
+    public var lines: [String] {
+        let width = max(10, products.map(\.productId.count).max() ?? 0)
+        let pad = { (text: String) in text + String(repeating: " ", count: max(0, width - text.count)) }
+        var lines = ["First night: access this run takes away, per product (out of \(accountsVerified) verified accounts)"]
+        lines.append("  \(pad("product"))  accounts")
+        lines += products.map { "  \(pad($0.productId))  \($0.accounts)" }
+        if products.isEmpty { lines.append("  (none: no account loses access)") }
+        lines.append(isDryRun
+            ? "A dry run: nothing is applied."
+            : "Applied next, within --max-revoke-ratio; the plan is in corrections.csv and `receipt-reconciler corrections`.")
+        return lines
+    }
+}
+
+extension ReconciliationRun {
+    /// Whether this run is a first night (a first row that grants nothing counts as a revoke), and
+    /// refuses one on an empty `iap.entitlements` unless `--first-night` says so (a dry run is
+    /// never refused: it applies nothing).
+    func judgeFirstNight(now: Date, reader: ReconciliationStore) async throws -> Bool {
+        let isFirstNight = try await withDatabaseRetry(logger: logger) { try await reader.isFirstNight(startedAt: now) }
+        guard isFirstNight, !options.isDryRun, !options.acceptsFirstNight else { return isFirstNight }
+        if try await withDatabaseRetry(logger: logger, { try await reader.accessNeverImported() }) { throw FirstNightRefused() }
+        return isFirstNight
+    }
+
+    /// Says, per product, what a first night's plan takes away, before the safety limit and
+    /// before anything is applied: on stdout (through `firstNightLosses`) and in the log.
+    func announceFirstNightLosses(_ context: RunContext, summary: RunSummary) async throws {
+        guard context.isFirstNight else { return }
+        let runId = context.runId
+        let losses = try await withDatabaseRetry(logger: context.logger) { try await context.writer.plannedLosses(runId: runId) }
+        let announced = FirstNightLosses(
+            products: losses.map { FirstNightLosses.Product(productId: $0.productId, accounts: $0.accounts) },
+            accountsVerified: summary.accountsVerified, isDryRun: options.isDryRun)
+        var metadata: Logger.Metadata = ["run.accounts_verified": "\(summary.accountsVerified)"]
+        for loss in losses { metadata["loss.\(loss.productId)"] = "\(loss.accounts)" }
+        context.logger.notice("run.first_night_losses", metadata: metadata)
+        firstNightLosses?(announced)
+    }
+}

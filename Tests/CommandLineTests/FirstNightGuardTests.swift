@@ -1,0 +1,85 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import WorldSupport
+
+/// A first night on an empty `iap.entitlements` is refused without `--first-night`, and a first
+/// night says, per product, what it takes away before it applies anything (docs/adoption.md,
+/// "The first night").
+@Suite(.serialized) struct FirstNightGuardTests {
+    /// 20 accounts of pro.monthly, 5 of them lapsed (RunWorld.populate), and one of pro.yearly lapsed.
+    static func populated(_ world: RunWorld) async throws {
+        try await RunWorld.populate(world, count: 20)
+        try await world.addReceipt("yearly-lapsed", spec: ["generate": ["subscriptions": [
+            world.subscription(original: "880", endDays: -3, product: "pro.yearly"),
+        ]]])
+    }
+
+    static func run(_ world: RunWorld, _ name: String, _ extra: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
+        try await CLIProcess.run(["run", "--stale-after", "0s", "--report-dir", world.reportRoot.appending(path: name).path] + extra,
+                                 environment: RunWorld.environment(world), acceptsFirstNight: false)
+    }
+
+    @Test func aFirstNightWithNothingImportedIsRefusedBeforeAnythingIsReadOrWritten() async throws {
+        try await RunWorld.with("first-night-refused") { world in
+            try await Self.populated(world)
+            let requestsBefore = try await world.simulator.statistics()["requests"]
+            let refused = try await Self.run(world, "refused", [])
+            #expect(refused.status == 2, "\(refused.stderr.suffix(1000))")
+            #expect(refused.stderr.contains("run.first_night_refused") && refused.stderr.contains("--first-night")
+                && refused.stderr.contains("docs/adoption.md"), "\(refused.stderr)")
+            // Nothing asked of Apple, nothing written: not even the run's row.
+            #expect(try await world.simulator.statistics()["requests"] == requestsBefore)
+            #expect(try await world.count("SELECT count(*) FROM iap.reconciliation_runs") == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements") == 0)
+            #expect(try await world.count("SELECT count(*) FROM iap.app_receipts WHERE last_verified_at IS NOT NULL") == 0)
+        }
+    }
+
+    /// The dry run is never refused, and prints the losses per product; `--first-night` prints them
+    /// before applying; a later night needs no flag.
+    @Test func aFirstNightPrintsWhatItTakesAwayPerProductBeforeApplying() async throws {
+        try await RunWorld.with("first-night-accepted") { world in
+            try await Self.populated(world)
+            let expected = ["  pro.monthly  5", "  pro.yearly   1"]
+            let dry = try await Self.run(world, "dry", ["--dry-run"])
+            #expect(dry.status == 0, "\(dry.stderr.suffix(1000))")
+            #expect(dry.stdout.contains("First night: access this run takes away, per product (out of 21 verified accounts)"), "\(dry.stdout)")
+            #expect(expected.allSatisfy(dry.stdout.contains) && dry.stdout.contains("A dry run: nothing is applied."), "\(dry.stdout)")
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements") == 0)
+
+            let first = try await CLIProcess.run(
+                ["run", "--stale-after", "0s", "--first-night", "--max-revoke-ratio", "1", "--report-dir", world.reportRoot.appending(path: "first").path],
+                environment: RunWorld.environment(world), acceptsFirstNight: false)
+            #expect(first.status == 0, "\(first.stderr.suffix(1000))")
+            let listed = try #require(first.stdout.range(of: "  pro.yearly   1"), "\(first.stdout)")
+            let summary = try #require(first.stdout.range(of: "Run "), "\(first.stdout)")
+            #expect(listed.lowerBound < summary.lowerBound && expected.allSatisfy(first.stdout.contains), "\(first.stdout)")
+            #expect(first.stderr.contains("run.first_night_losses"))
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE kind = 'revoke' AND status = 'applied'") == 6)
+
+            let next = try await Self.run(world, "next", [])
+            #expect(next.status == 0 && !next.stdout.contains("First night"), "\(next.stderr.suffix(1000))")
+        }
+    }
+
+    /// Over the limit, the losses are printed all the same and nothing is applied.
+    @Test func aFirstNightOverTheLimitPrintsItsLossesAndAppliesNothing() async throws {
+        try await RunWorld.with("first-night-over") { world in
+            try await Self.populated(world)
+            let over = try await Self.run(world, "over", ["--first-night", "--max-revoke-ratio", "0.05", "--revoke-ratio-minimum", "10"])
+            #expect(over.status == 3, "\(over.stderr.suffix(1000))")
+            #expect(over.stdout.contains("  pro.monthly  5") && over.stdout.contains("  pro.yearly   1"), "\(over.stdout)")
+            #expect(try await world.count("SELECT count(*) FROM iap.entitlements") == 0)
+        }
+    }
+
+    /// With no receipt stored there is nothing to take away: the first night runs without the flag.
+    @Test func aFirstNightWithNoReceiptNeedsNoFlag() async throws {
+        try await RunWorld.with("first-night-empty") { world in
+            let empty = try await Self.run(world, "empty", [])
+            #expect(empty.status == 0, "\(empty.stderr.suffix(1000))")
+            #expect(try await world.count("SELECT count(*) FROM iap.reconciliation_runs WHERE status = 'completed'") == 1)
+        }
+    }
+}
