@@ -1,5 +1,8 @@
 import ArgumentParser
 import CoreFoundation
+// Swift 6's member-import check attributes Glibc's `stat` to CDispatch on Linux once this module
+// has some number of files (a compiler fault): naming the module it blames keeps SecretFile compiling.
+internal import CDispatch
 import Foundation
 import Logging
 

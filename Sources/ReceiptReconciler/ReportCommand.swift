@@ -8,8 +8,13 @@ import Storage
 struct ReportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "report",
-        abstract: "Prints or writes the audit report of a past run.",
-        discussion: "md and json are the run's summary.md and summary.json; csv is its corrections.csv."
+        abstract: "Prints or writes the audit report of a past run, from the database.",
+        discussion: """
+            md and json are the run's summary.md and summary.json; csv is its corrections.csv. Every run's report \
+            is kept in the database (iap.reconciliation_runs and iap.corrections), so it can be read wherever the \
+            run's own files went (a pod's emptyDir vanishes with it). `runs` lists the recent runs and their ids; \
+            `report latest` is the latest run that ended, a dry run too (each shard of a night is a run of its own).
+            """
     )
 
     enum Format: String, ExpressibleByArgument, CaseIterable {
@@ -19,8 +24,8 @@ struct ReportCommand: AsyncParsableCommand {
     @OptionGroup var database: DatabaseOptions
     @OptionGroup var logging: LoggingOptions
 
-    @Argument(help: "The run's id (iap.reconciliation_runs.id).")
-    var runId: Int64
+    @Argument(help: ArgumentHelp("The run's id (iap.reconciliation_runs.id, as `runs` lists it), or latest.", valueName: "run-id|latest"))
+    var run: RunReference
 
     @Option(help: "md, json or csv.")
     var format: Format = .md
@@ -33,8 +38,17 @@ struct ReportCommand: AsyncParsableCommand {
         try await runReportingErrors(logger: logger) {
             let connection = try await PostgresConnection.connect(try database.connectionString())
             let store = ReconciliationStore(connection: connection)
+            let runId: Int64
+            switch run {
+            case .id(let id): runId = id
+            case .latest:
+                guard let latest = try await store.latestEndedRunId() else {
+                    throw ConfigurationError("no run has ended yet: there is no latest report (`receipt-reconciler runs` lists the runs)")
+                }
+                runId = latest
+            }
             guard let summary = try await store.runSummary(runId: runId) else {
-                throw ConfigurationError("there is no run \(runId)")
+                throw ConfigurationError("there is no run \(runId) (`receipt-reconciler runs` lists the runs)")
             }
             let sink = try CSVSink(path: output)
             do {
@@ -51,6 +65,22 @@ struct ReportCommand: AsyncParsableCommand {
                 throw error
             }
             await connection.close()
+        }
+    }
+}
+
+/// A run named on the command line: its id, or `latest`.
+enum RunReference: ExpressibleByArgument, Equatable {
+    case id(Int64)
+    case latest
+
+    init?(argument: String) {
+        if argument == "latest" {
+            self = .latest
+        } else if let id = Int64(argument), id > 0 {
+            self = .id(id)
+        } else {
+            return nil
         }
     }
 }

@@ -98,7 +98,7 @@ import TestSupport
 
     /// The commands a user runs; `simulate-apple` and `seed-demo` are the demo's and the tests' tools.
     static let userCommands = [["run"], ["backfill"], ["migrate"], ["export-finance"], ["report"], ["ingest-notifications"],
-                               ["explain"], ["inspect"], ["corrections"], ["answer-consumption-requests"]]
+                               ["explain"], ["inspect"], ["corrections"], ["runs"], ["answer-consumption-requests"]]
     static let toolCommands = [["simulate-apple", "serve"], ["simulate-apple", "sign-notifications"], ["seed-demo"]]
 
     static func options(of command: [String]) async throws -> Set<String> {
