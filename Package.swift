@@ -35,7 +35,7 @@ let package = Package(
         .target(name: "CivilCalendar"),
 
         // The only importer of libpq.
-        .target(name: "Postgres", dependencies: ["CLibPQ", "CivilCalendar", "Locking", logging]),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "CivilCalendar", "Locking", "HTTP", logging]),
         // The only importer of libcurl.
         .target(name: "HTTP", dependencies: ["CCurl", "Locking"]),
 
@@ -85,7 +85,7 @@ let package = Package(
 
         // A run from lock to report: its phases, Apple's sources behind one seam, notifications, the safety
         // limit, the report files. No SQL and no libpq: Storage's stores and transactions only.
-        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "AppStoreModels", "SignedData", "Throttling", "Reconciliation", "ReportOutput", "CivilCalendar", "Locking", logging]),
+        .target(name: "Jobs", dependencies: ["Storage", "AppStore", "AppStoreModels", "SignedData", "Throttling", "Reconciliation", "ReportOutput", "CivilCalendar", "Locking", "HTTP", logging]),
 
         // What `inspect` shows of a receipt or of signed data (with every check), as text or JSON.
         .target(name: "Inspection", dependencies: ["AppStoreModels", "SignedData", "Reconciliation", "CivilCalendar"]),

@@ -145,10 +145,11 @@ extension ReconciliationRun {
             summary.error = [summary.error, missing.description].compactMap { $0 }.joined(separator: "; ")
             let recorded = summary
             try? await writer.updateRun(recorded)
-            try? writeMetrics(summary)
+            await publishMetrics(summary)
             throw missing
         }
         try writeMetrics(summary)
+        await pushMetrics(summary)
         logger.info("run.finished", metadata: [
             "run.status": "\(summary.status.rawValue)", "run.accounts": "\(summary.accountsProcessed)",
             "run.corrections": "\(summary.totalCorrections)", "run.applied": "\(summary.correctionsApplied)",
@@ -183,8 +184,27 @@ extension ReconciliationRun {
             try? await report?.finish(summary: summary, store: writer)
             return summary
         }
-        try? writeMetrics(summary)
+        await publishMetrics(summary)
         throw error
+    }
+
+    /// The metrics file and the Pushgateway, where either fails: the run's ending is what matters now.
+    func publishMetrics(_ summary: RunSummary) async {
+        try? writeMetrics(summary)
+        await pushMetrics(summary)
+    }
+
+    /// Pushes the run's metrics (`--metrics-push`). A push that fails is logged and changes
+    /// nothing else: the run's work is committed, and the stale success time raises the alert.
+    func pushMetrics(_ summary: RunSummary) async {
+        guard let push = options.metricsPush else { return }
+        let text = options.isDryRun ? RunReport.dryRunMetrics(summary, previous: nil) : RunReport.metrics(summary, previous: nil)
+        do {
+            try await push.push(text, kind: summary.kind.rawValue, shard: summary.shard)
+            logger.info("metrics.pushed", metadata: ["metrics.gateway": "\(push.displayed)"])
+        } catch {
+            logger.error("metrics.push_failed", metadata: ["error": "\(error)"])
+        }
     }
 
     func writeMetrics(_ summary: RunSummary) throws {

@@ -77,6 +77,8 @@ public struct RunOptions: Sendable {
     public var notificationHistorySince: Date?
     /// Prometheus text file written at the end of the run.
     public var metricsFile: URL?
+    /// A Prometheus Pushgateway the run's metrics are pushed to at its end (`--metrics-push`).
+    public var metricsPush: MetricsPush?
     /// A progress line on the terminal (when stderr is one), else a log line every `progressInterval`.
     public var progressInterval: Duration = .seconds(10)
 

@@ -59,6 +59,11 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Write Prometheus metrics of this run here, for node_exporter's textfile collector.", valueName: "path"))
     var metricsFile: String?
 
+    @Option(help: ArgumentHelp(
+        "Push Prometheus metrics of this run to this Pushgateway at its end (on Kubernetes), e.g. http://pushgateway:9091 (default: $METRICS_PUSH_URL).",
+        valueName: "url"))
+    var metricsPush: String?
+
     func validate() throws {
         guard lookBack.seconds >= 3600 else { throw ValidationError("--look-back must be at least 1h") }
     }
@@ -71,6 +76,7 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
                 throw ConfigurationError("answering needs the app's bundle id (APPSTORE_BUNDLE_ID or --bundle-id): signed data of no bundle is rejected")
             }
             let appAppleId = try app.configuredAppAppleId()
+            let push = try MetricsPushSetting.resolve(metricsPush)
             let verifier = try SignedDataVerifier(configuration: .init(
                 trustedRoots: try app.trustedRoots(), bundleIds: Set(bundleIds), appAppleId: appAppleId))
             // The key is needed to send. A dry run reads Apple's notification history with it when
@@ -111,6 +117,14 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
             ])
             if let metricsFile, !dryRun {
                 try RunReportWriter.write(summary.metrics, to: URL(filePath: metricsFile))
+            }
+            if let push, !dryRun {
+                do {
+                    try await push.push(summary.metrics, kind: "answer_consumption_requests", shard: nil)
+                    logger.info("metrics.pushed", metadata: ["metrics.gateway": "\(push.displayed)"])
+                } catch {
+                    logger.error("metrics.push_failed", metadata: ["error": "\(error)"])
+                }
             }
             // Exit 1 when Apple could not be asked: a scheduler and the alerts see it, while what
             // is left waits for the next run (docs/consumption.md, "Exit status").

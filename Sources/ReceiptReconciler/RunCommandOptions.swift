@@ -78,6 +78,7 @@ struct RunCommandOptions: ParsableArguments {
         safety.apply(to: &options)
         traffic.apply(to: &options)
         reporting.apply(to: &options)
+        options.metricsPush = try MetricsPushSetting.resolve(reporting.metricsPush)
         budget.apply(to: &options)
         options.notificationHistorySince = notificationHistorySince.flatMap(CommandLineTime.parse)
         options.batchSize = batchSize

@@ -41,6 +41,8 @@ import TestSupport
         "--max-attempts": ["maxAttemptsIsHowOftenAReceiptIsSent"],
         "--max-revoke-ratio": ["theRevokeRatioIsTheUsersAndCountsFromAHundredAccounts"],
         "--revoke-ratio-minimum": ["theRevokeRatioMinimumIsTheUsers"],
+        "--metrics-push": ["eachRunPushesToItsGroupAndOnlyACompletedRunMovesTheLastSuccess"],
+        "METRICS_PUSH_URL": ["aGatewayThatCannotBeReachedIsLoggedAndChangesNothingElse"],
         "--first-night": ["aFirstNightPrintsWhatItTakesAwayPerProductBeforeApplying"],
         "--metrics-file": ["aRevokeRatioAbortExitsWith3", "transientErrorsPastTheDeadlineEndFailed"],
         "--notifications-only": ["notificationsOnlyVerifiesJustTheAccountsTheyMadeDue"],

@@ -52,7 +52,9 @@ What podman 4.3 does not do as Kubernetes does, and is done here instead:
   containers ended (with an error when one failed, the main container never started), so the pods
   of a group are played each by its own `kube play`, at once, as a Job's pods start;
 - `kube play` takes no --ulimit: the open-file limit goes into a containers.conf made from
-  image/containers.conf; the pod's infra container needs catatonit (installed when missing).
+  image/containers.conf; the pod's infra container needs catatonit (installed when missing). Every run and the
+  answering job push their metrics to a Pushgateway on this host (prometheus-pushgateway, installed when missing,
+  in memory), where METRICS_PUSH_URL is pointed: each pod's group must hold its status.
 
 `scripts/check-manifests --play --self-test` plays the first night (it migrates the database), then
 runs the backfill Job's pod unbroken, then with its secret volume's defaultMode 0444, with the secret
@@ -71,6 +73,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from datetime import datetime
 
 import yaml
@@ -88,6 +91,7 @@ ENV_SECRETS = ("receipt-reconciler", "receipt-reconciler-migrate")  # the Secret
 APPLE_COMMANDS = ("run", "backfill", "answer-consumption-requests")  # the commands that ask Apple
 TIMEOUT = 300                       # seconds a pod may take
 SHARED_SECRET = "play-shared-secret"
+PUSHGATEWAY = "/usr/bin/prometheus-pushgateway"  # Debian's prometheus-pushgateway (installed when missing)
 CONSUMPTION_ACCOUNT = "acct-0000009"  # seed-demo's, holding transaction 2000000009000 (lifetime)
 ROOT_CERTIFICATE = "/run/apple-simulator/root.der"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
@@ -153,6 +157,12 @@ def change_list(stage, simulator=None):
     def host_network(pod, index):
         pod["spec"]["hostNetwork"] = True
 
+    def pushgateway(pod, index):
+        for container in all_containers(pod):
+            for variable in container.get("env", []):
+                if variable["name"] == "METRICS_PUSH_URL":
+                    variable["value"] = stage.pushgateway
+
     def stand_ins(pod, index):
         asking = [c for c in pod["spec"]["containers"] if c.get("args", [None])[0] in APPLE_COMMANDS]
         if not asking:
@@ -181,6 +191,8 @@ def change_list(stage, simulator=None):
         ("an emptyDir volume: named POD-VOLUME", "podman 4.3 makes one volume of that name for every pod on the host",
          empty_dirs),
         ("hostNetwork: true", "PostgreSQL and the simulator listen on this host's 127.0.0.1", host_network),
+        (f"env METRICS_PUSH_URL={stage.pushgateway}", "a Pushgateway (Debian's, in memory) listens on this host",
+         pushgateway),
         ("Apple's stand-ins, in the containers that ask Apple (" + ", ".join(APPLE_COMMANDS) + "): env "
          + ", ".join(f"{k}={v}" for k, v in apple.items())
          + f"; args + --apple-root-certificate {ROOT_CERTIFICATE}, the simulator's root (read-only hostPath)",
@@ -326,6 +338,7 @@ class Stage:
         self.cleanups.append(lambda: [self.podman("secret", "rm", name, check=False) for name in self.podman_secrets])
         self.start_postgres()
         self.start_simulator()
+        self.start_pushgateway()
         self.key = os.path.join(self.work, "AuthKey.p8")
         subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", self.key],
                        check=True, stderr=subprocess.DEVNULL)
@@ -404,6 +417,32 @@ class Stage:
             time.sleep(0.1)
         output.seek(0)
         raise Failure(f"the simulator did not start: {output.read().strip()}")
+
+    def start_pushgateway(self):
+        """A Pushgateway on this host, in memory only, where the pods' METRICS_PUSH_URL is pointed."""
+        for _ in range(5):
+            port = random.randint(20000, 45000)
+            gateway = subprocess.Popen([PUSHGATEWAY, f"--web.listen-address=127.0.0.1:{port}", "--persistence.file=",
+                                        "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for _ in range(100):
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1) as answer:
+                        if answer.status == 200:
+                            self.cleanups.append(lambda: (gateway.terminate(), gateway.wait(10)))
+                            self.pushgateway = f"http://127.0.0.1:{port}"
+                            return
+                except OSError:
+                    time.sleep(0.05)
+                if gateway.poll() is not None:
+                    break
+            gateway.terminate()
+            gateway.wait(10)
+        raise Failure("the Pushgateway did not start")
+
+    def pushed(self):
+        """The receipt_reconciler samples the Pushgateway holds, a line each."""
+        with urllib.request.urlopen(f"{self.pushgateway}/metrics", timeout=5) as answer:
+            return [line for line in answer.read().decode().split("\n") if line.startswith("receipt_reconciler_")]
 
     def earlier_events(self):
         """A customer who consented asks Apple for a refund: the CONSUMPTION_REQUEST the answering job answers;
@@ -688,6 +727,11 @@ def check_report(stage, label, pod, container, shard, seeded):
         raise Failure(f"{label}: asked the App Store Server API for no account's history, so the key went untried")
     if not keyed(pod) and asked:
         raise Failure(f"{label}: without the key, asked the App Store Server API: {', '.join(sorted(asked))}")
+    # Its metrics were pushed where the manifest says (METRICS_PUSH_URL): its group holds its status.
+    group = [f'kind="{kind}"', 'status="completed"'] + ([f'shard="{shard.replace("/", "_of_")}"'] if shard else [])
+    if not any(line.startswith("receipt_reconciler_last_run_status{") and all(label in line for label in group)
+               and (shard or "shard=" not in line) and line.endswith(" 1") for line in stage.pushed()):
+        raise Failure(f"{label}: its metrics did not reach the Pushgateway (no last_run_status of {', '.join(group)})")
     return (f"{kind} run {summary['runId']}" + (f", shard {shard}" if shard else "")
             + f", {summary['accountsVerified']} accounts verified"
             + ("" if keyed(pod) else ", the App Store Server API asked nothing") + f", report {report}/summary.md")
@@ -698,6 +742,9 @@ def check_answers(stage, label):
     answers = stage.sql("SELECT account_id, outcome, coalesce(http_status, 0) FROM iap.consumption_answers ORDER BY id")
     if answers != f"{CONSUMPTION_ACCOUNT}|sent|202":
         raise Failure(f"{label}: the consumption request was not answered (iap.consumption_answers: {answers or 'empty'})")
+    if not any(line.startswith("receipt_reconciler_consumption_last_run_timestamp_seconds{")
+               and 'kind="answer_consumption_requests"' in line for line in stage.pushed()):
+        raise Failure(f"{label}: its metrics did not reach the Pushgateway (METRICS_PUSH_URL)")
     return f"{CONSUMPTION_ACCOUNT}'s consumption request answered, Apple's stand-in took it (202)"
 
 
@@ -837,6 +884,11 @@ def main(manifests, self_testing):
         print("check-manifests --play: run it as root (rootful podman, where scripts/image put the image; "
               "the secret files are root's)", file=sys.stderr)
         return 1
+    if not os.access(PUSHGATEWAY, os.X_OK):
+        print("check-manifests --play: installing prometheus-pushgateway (the manifests push their metrics to one)")
+        quiet = {"stdout": subprocess.DEVNULL, "env": dict(os.environ, DEBIAN_FRONTEND="noninteractive"), "check": True}
+        subprocess.run(["apt-get", "update", "-qq"], **quiet)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus-pushgateway"], **quiet)
     if shutil.which("catatonit") is None:
         print("check-manifests --play: installing catatonit (the pod's infra container runs it)")
         quiet = {"stdout": subprocess.DEVNULL, "env": dict(os.environ, DEBIAN_FRONTEND="noninteractive"), "check": True}
