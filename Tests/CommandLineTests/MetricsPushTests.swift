@@ -5,7 +5,7 @@ import TestSupport
 
 /// `--metrics-push`: the run's metrics reach a real Pushgateway (Debian's), each run in its own
 /// group, a night that did not complete never overwriting the last success, a dry run only its own
-/// series (docs/operating.md, "Metrics on Kubernetes").
+/// series (docs/operating.md, "Metrics").
 @Suite(.serialized) struct MetricsPushTests {
     static func value(_ samples: [String], _ prefix: String, _ containing: [String] = []) -> String? {
         samples.first { $0.hasPrefix(prefix) && containing.allSatisfy($0.contains) }?.split(separator: " ").last.map(String.init)

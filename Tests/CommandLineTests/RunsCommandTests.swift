@@ -4,7 +4,7 @@ import TestSupport
 @testable import WorldSupport
 
 /// `runs` lists the recent runs with their status, and `report latest` reads the latest run's
-/// report from the database, wherever its files went (a pod's emptyDir; docs/configuration.md, "runs").
+/// report from the database, wherever its files went (a pod's emptyDir; docs/configuration.md, "`runs`").
 @Suite struct RunsCommandTests {
     @Test func runsListsTheRecentRunsNewestFirstAndReportLatestReadsTheLastThatEnded() async throws {
         try await RunWorld.with("runs-cli") { world in
