@@ -62,7 +62,7 @@ public struct ConsumptionAnswering: Sendable {
             let interrupted = try await store.failInterrupted()
             if interrupted > 0 {
                 summary.outcomes[.failed, default: 0] += interrupted
-                logger.error("consumption.interrupted", metadata: ["consumption.count": "\(interrupted)"])
+                logger.error("consumption.interrupted", metadata: ["consumption.count": .stringConvertible(interrupted)])
             }
         }
         let unstored = try await readHistory(now: now, dryRun: dryRun, summary: &summary)
@@ -206,7 +206,7 @@ public struct ConsumptionAnswering: Sendable {
         summary.count(decision, countPending: dryRun)
         logger.info("consumption.request", metadata: [
             "consumption.transaction_id": "\(request.transactionId)", "consumption.account": "\(facts.accountId ?? "")",
-            "consumption.holders": "\(facts.holders.count)", "consumption.reason": "\(request.reason ?? "")",
+            "consumption.holders": .stringConvertible(facts.holders.count), "consumption.reason": "\(request.reason ?? "")",
             "consumption.decision": "\(decision.outcome.rawValue)",
         ])
         guard dryRun else { return }
@@ -252,7 +252,7 @@ public struct ConsumptionAnswering: Sendable {
             summary.rejected += 1
             // Counted in the summary; the nightly run reports each rejected notification as a warning already.
             logger.info("consumption.notification_rejected", metadata: [
-                "notification.id": "\(pending.id)", "notification.reason": "\(error.reason)",
+                "notification.id": .stringConvertible(pending.id), "notification.reason": "\(error.reason)",
             ])
             return nil
         }
@@ -263,7 +263,7 @@ public struct ConsumptionAnswering: Sendable {
         else {
             summary.rejected += 1
             logger.warning("consumption.request_incomplete", metadata: [
-                "notification.id": "\(pending.id)", "notification.reason": "no notificationUUID, signedTransactionInfo or signedDate",
+                "notification.id": .stringConvertible(pending.id), "notification.reason": "no notificationUUID, signedTransactionInfo or signedDate",
             ])
             return nil
         }
@@ -290,7 +290,7 @@ public struct ConsumptionAnswering: Sendable {
     private func expire(summary: inout ConsumptionSummary, countedPending: Set<Int64>) async throws {
         let expired = try await store.expire(now: Date(), margin: policy.deadlineMargin)
         guard !expired.isEmpty else { return }
-        logger.warning("consumption.past_deadline", metadata: ["consumption.count": "\(expired.count)"])
+        logger.warning("consumption.past_deadline", metadata: ["consumption.count": .stringConvertible(expired.count)])
         for (id, outcome) in expired {
             if countedPending.contains(id) { summary.outcomes[.pending, default: 0] -= 1 }
             summary.outcomes[outcome, default: 0] += 1
@@ -367,7 +367,7 @@ public struct ConsumptionAnswering: Sendable {
                 summary.outcomes[ended, default: 0] += 1
                 logger.notice("consumption.answer", metadata: [
                     "consumption.transaction_id": "\(open.transactionId)", "consumption.account": "\(open.accountId ?? "")",
-                    "consumption.outcome": "\(ended.rawValue)", "consumption.attempts": "\(attempt)",
+                    "consumption.outcome": "\(ended.rawValue)", "consumption.attempts": .stringConvertible(attempt),
                 ])
                 break attempts
             }

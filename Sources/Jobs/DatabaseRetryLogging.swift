@@ -5,6 +5,6 @@ import Storage
 /// (`DatabaseRetry`), each retry logged as `database.retrying`.
 func withDatabaseRetry<Result>(logger: Logger, _ body: () async throws -> Result) async throws -> Result {
     try await DatabaseRetry.run(retrying: { attempt, error in
-        logger.warning("database.retrying", metadata: ["database.attempt": "\(attempt)", "error": "\(error)"])
+        logger.warning("database.retrying", metadata: ["database.attempt": .stringConvertible(attempt), "error": "\(error)"])
     }, body)
 }

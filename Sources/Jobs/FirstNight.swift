@@ -61,8 +61,8 @@ extension ReconciliationRun {
         let announced = FirstNightLosses(
             products: losses.map { FirstNightLosses.Product(productId: $0.productId, accounts: $0.accounts) },
             accountsVerified: summary.accountsVerified, isDryRun: options.isDryRun)
-        var metadata: Logger.Metadata = ["run.accounts_verified": "\(summary.accountsVerified)"]
-        for loss in losses { metadata["loss.\(loss.productId)"] = "\(loss.accounts)" }
+        var metadata: Logger.Metadata = ["run.accounts_verified": .stringConvertible(summary.accountsVerified)]
+        for loss in losses { metadata["loss.\(loss.productId)"] = .stringConvertible(loss.accounts) }
         context.logger.notice("run.first_night_losses", metadata: metadata)
         firstNightLosses?(announced)
     }

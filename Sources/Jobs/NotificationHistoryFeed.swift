@@ -68,7 +68,7 @@ struct NotificationHistoryFeed: Sendable {
                 token = nil
                 try await withDatabaseRetry(logger: logger) { [slice] in try await store.keepNotificationHistorySlice(environment, slice, token: nil) }
                 logger.notice("notification_history.token_refused", metadata: [
-                    "notification_history.environment": "\(environment.rawValue)", "notification_history.code": "\(code)",
+                    "notification_history.environment": "\(environment.rawValue)", "notification_history.code": .stringConvertible(code),
                 ])
             case .failure(let failure):
                 read.error = Self.describe(failure)
@@ -104,8 +104,8 @@ struct NotificationHistoryFeed: Sendable {
                 guard let following = plan.slice(after: slice) else {
                     read.complete = true
                     logger.info("notification_history.read", metadata: [
-                        "notification_history.environment": "\(environment.rawValue)", "notification_history.received": "\(read.received)",
-                        "notification_history.stored": "\(read.stored)", "notification_history.slices": "\(read.slices)",
+                        "notification_history.environment": "\(environment.rawValue)", "notification_history.received": .stringConvertible(read.received),
+                        "notification_history.stored": .stringConvertible(read.stored), "notification_history.slices": .stringConvertible(read.slices),
                     ])
                     return read
                 }

@@ -47,7 +47,7 @@ struct NotificationProcessor: Sendable {
         if !stillHeld.isEmpty {
             summary.notificationsHeld = stillHeld.count
             logger.warning("notification.held", metadata: [
-                "notification.count": "\(stillHeld.count)", "notification.ids": "\(stillHeld.prefix(20).map(String.init).joined(separator: ","))",
+                "notification.count": .stringConvertible(stillHeld.count), "notification.ids": "\(stillHeld.prefix(20).map(String.init).joined(separator: ","))",
             ])
         }
         let quarantined = try await withDatabaseRetry(logger: logger) { try await store.quarantinedNow(limit: 1_000) }
@@ -67,7 +67,7 @@ struct NotificationProcessor: Sendable {
         case .skip: return true
         case .held: return false
         case .quarantined(let reason):
-            logger.error("notification.quarantined", metadata: ["notification.id": "\(pending.id)", "notification.reason": "\(reason)"])
+            logger.error("notification.quarantined", metadata: ["notification.id": .stringConvertible(pending.id), "notification.reason": "\(reason)"])
             return true
         case .process: break
         }
@@ -113,7 +113,7 @@ struct NotificationProcessor: Sendable {
             notification = try ServerNotification.decode(body)
         } catch {
             try await tx.record(.invalid, reason: "\(error)")
-            logger.warning("notification.invalid", metadata: ["notification.id": "\(pending.id)", "notification.reason": "\(error)"])
+            logger.warning("notification.invalid", metadata: ["notification.id": .stringConvertible(pending.id), "notification.reason": "\(error)"])
             return Processed(type: "(none)", label: "(none)", outcome: .invalid)
         }
         let type = notification.notificationType
@@ -121,7 +121,7 @@ struct NotificationProcessor: Sendable {
             let reason = "the password is not the shared secret"
             try await tx.record(.rejected, reason: reason)
             logger.warning("notification.rejected", metadata: [
-                "notification.id": "\(pending.id)", "notification.type": "\(type)", "notification.reason": "\(reason)",
+                "notification.id": .stringConvertible(pending.id), "notification.type": "\(type)", "notification.reason": "\(reason)",
             ])
             return Processed(type: type, label: type, outcome: .rejected, reason: reason)
         }
@@ -147,7 +147,7 @@ struct NotificationProcessor: Sendable {
             let configuration = error.check.isConfiguration ? verifier.configuration.fingerprint : nil
             try await tx.record(.rejected, reason: error.reason, rejectedConfiguration: configuration)
             logger.warning("notification.rejected", metadata: [
-                "notification.id": "\(pending.id)", "notification.version": "2", "notification.reason": "\(error)",
+                "notification.id": .stringConvertible(pending.id), "notification.version": "2", "notification.reason": "\(error)",
             ])
             // Nothing of it is trusted, its type included.
             return Processed(type: "(unverified)", label: "v2 (unverified)", outcome: .rejected, reason: error.reason)

@@ -42,12 +42,12 @@ final class ProgressReporter: Sendable {
         } else {
             // A log read by a person at 3 a.m. says how far, of how many, and how long is left.
             var metadata: Logger.Metadata = [
-                "run.accounts": "\(summary.accountsProcessed)", "run.accounts_per_second": "\(String(format: "%.1f", rate))",
-                "run.corrections": "\(summary.totalCorrections)", "apple.requests": "\(summary.appleRequests)",
+                "run.accounts": .stringConvertible(summary.accountsProcessed), "run.accounts_per_second": .stringConvertible((rate * 10).rounded() / 10),
+                "run.corrections": .stringConvertible(summary.totalCorrections), "apple.requests": .stringConvertible(summary.appleRequests),
             ]
             if let total {
-                metadata["run.accounts_total"] = "\(total)"
-                if rate > 0 { metadata["run.eta_seconds"] = "\(Int(Double(max(0, total - summary.accountsProcessed)) / rate))" }
+                metadata["run.accounts_total"] = .stringConvertible(total)
+                if rate > 0 { metadata["run.eta_seconds"] = .stringConvertible(Int(Double(max(0, total - summary.accountsProcessed)) / rate)) }
             }
             logger.info("run.progress", metadata: metadata)
         }

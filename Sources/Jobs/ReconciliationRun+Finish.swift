@@ -126,7 +126,7 @@ extension ReconciliationRun {
             (summary.accountsEscalated, summary.accountsEscalatedCount) = (failing.listed.isEmpty ? nil : failing.listed, failing.count)
             if failing.count > 0 {
                 logger.warning("account.failing_for_runs", metadata: [
-                    "account.count": "\(failing.count)", "account.runs_in_a_row": "\(minimum)",
+                    "account.count": .stringConvertible(failing.count), "account.runs_in_a_row": .stringConvertible(minimum),
                 ])
             }
         }
@@ -151,9 +151,9 @@ extension ReconciliationRun {
         try writeMetrics(summary)
         await pushMetrics(summary)
         logger.info("run.finished", metadata: [
-            "run.status": "\(summary.status.rawValue)", "run.accounts": "\(summary.accountsProcessed)",
-            "run.corrections": "\(summary.totalCorrections)", "run.applied": "\(summary.correctionsApplied)",
-            "apple.requests": "\(summary.appleRequests)",
+            "run.status": "\(summary.status.rawValue)", "run.accounts": .stringConvertible(summary.accountsProcessed),
+            "run.corrections": .stringConvertible(summary.totalCorrections), "run.applied": .stringConvertible(summary.correctionsApplied),
+            "apple.requests": .stringConvertible(summary.appleRequests),
         ])
     }
 

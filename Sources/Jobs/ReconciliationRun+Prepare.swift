@@ -20,23 +20,23 @@ extension ReconciliationRun {
         if !options.isDryRun {
             summary.correctionsAdopted = try await writer.adoptInterruptedRuns(runId: summary.runId, shard: options.selection.shard, now: now)
             if summary.correctionsAdopted > 0 {
-                logger.notice("run.adopted", metadata: ["run.corrections": "\(summary.correctionsAdopted)"])
+                logger.notice("run.adopted", metadata: ["run.corrections": .stringConvertible(summary.correctionsAdopted)])
             }
         }
         if !options.isDryRun {
             // What a migration asked the journal to look at again (Migrations/0024); nothing on most nights.
             let events = try await withDatabaseRetry(logger: logger) { try await writer.drainJournalBacklog() }
-            if events > 0 { logger.notice("finance.backlog_recorded", metadata: ["finance.events": "\(events)"]) }
+            if events > 0 { logger.notice("finance.backlog_recorded", metadata: ["finance.events": .stringConvertible(events)]) }
         }
         if !options.isDryRun && options.retriesQuarantined {
             let released = try await writer.releaseQuarantinedAccounts(now: now)
-            logger.notice("account.quarantine_released", metadata: ["account.count": "\(released)"])
+            logger.notice("account.quarantine_released", metadata: ["account.count": .stringConvertible(released)])
         }
         if !options.isDryRun && options.processesNotifications {
             try await ensureLockHeld(logger: logger)
             if options.retriesQuarantined {
                 let released = try await sessions.notifications.releaseQuarantined()
-                logger.notice("notification.quarantine_released", metadata: ["notification.count": "\(released)"])
+                logger.notice("notification.quarantine_released", metadata: ["notification.count": .stringConvertible(released)])
             }
             let verifier = try signedData.get()
             let reopened = try await withDatabaseRetry(logger: logger) {
@@ -45,7 +45,7 @@ extension ReconciliationRun {
             if reopened > 0 {
                 summary.notificationsReexamined = reopened
                 logger.notice("notification.rejected_reexamined", metadata: [
-                    "notification.count": "\(reopened)", "notification.why": "\(options.retriesRejected ? "--retry-rejected" : "the app's configuration changed")",
+                    "notification.count": .stringConvertible(reopened), "notification.why": "\(options.retriesRejected ? "--retry-rejected" : "the app's configuration changed")",
                 ])
             }
             let processor = NotificationProcessor(
@@ -112,8 +112,8 @@ extension ReconciliationRun {
             budgetPerSecond: budgets, fullCycleSeconds: rolling.fullCycle.timeInterval, plannedAt: now)
         summary.schedule = plan
         logger.info("run.planned", metadata: [
-            "run.scheduled": "\(plan.totalScheduled)", "run.due": "\(plan.totalDue)", "run.left": "\(plan.leftForNextNight)",
-            "run.estimated_seconds": "\(Int(plan.estimatedSeconds))",
+            "run.scheduled": .stringConvertible(plan.totalScheduled), "run.due": .stringConvertible(plan.totalDue), "run.left": .stringConvertible(plan.leftForNextNight),
+            "run.estimated_seconds": .stringConvertible(Int(plan.estimatedSeconds)),
         ])
         planned?(plan)
         return AccountSelection(kind: .scheduled(runId: summary.runId))

@@ -86,7 +86,7 @@ extension ReconciliationRun {
         var (summary, sequence) = written
         if !suspects.isEmpty {
             logger.notice("run.suspects", metadata: [
-                "run.accounts": "\(suspects.count)", "run.reason": "an earlier run died with these accounts in flight: each is verified alone",
+                "run.accounts": .stringConvertible(suspects.count), "run.reason": "an earlier run died with these accounts in flight: each is verified alone",
             ])
         }
         for accountId in suspects where !shouldStop {

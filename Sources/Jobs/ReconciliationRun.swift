@@ -117,10 +117,10 @@ public final class ReconciliationRun: Sendable {
         let isFirstNight = try await judgeFirstNight(now: now, reader: reader)
         var summary = try await startRun(now: now, writer: writer)
         var logger = self.logger
-        logger[metadataKey: "run.id"] = "\(summary.runId)"
+        logger[metadataKey: "run.id"] = .stringConvertible(summary.runId)
         let context = RunContext(runId: summary.runId, now: now, reader: reader, writer: writer, logger: logger, isFirstNight: isFirstNight)
         logger.info("run.started", metadata: [
-            "run.kind": "\(options.kind.rawValue)", "run.dry_run": "\(options.isDryRun)", "run.shard": "\(options.shardText ?? "all")",
+            "run.kind": "\(options.kind.rawValue)", "run.dry_run": .stringConvertible(options.isDryRun), "run.shard": "\(options.shardText ?? "all")",
         ])
 
         let report: RunReportWriter

@@ -112,8 +112,8 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
             await connection.close()
             FileHandle.standardOutput.write(Data(summary.text.utf8))
             logger.info("consumption.finished", metadata: [
-                "consumption.examined": "\(summary.examined)", "consumption.requests": "\(summary.requests)",
-                "consumption.sent": "\(summary.outcomes[.sent] ?? 0)", "consumption.oldest_open_seconds": "\(Int(summary.oldestOpenAge))",
+                "consumption.examined": .stringConvertible(summary.examined), "consumption.requests": .stringConvertible(summary.requests),
+                "consumption.sent": .stringConvertible(summary.outcomes[.sent] ?? 0), "consumption.oldest_open_seconds": .stringConvertible(Int(summary.oldestOpenAge)),
             ])
             if let metricsFile, !dryRun {
                 try RunReportWriter.write(summary.metrics, to: URL(filePath: metricsFile))
@@ -130,7 +130,7 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
             // is left waits for the next run (docs/consumption.md, "Exit status").
             if !summary.appleUnreachable.isEmpty {
                 logger.error("consumption.apple_unreachable", metadata: [
-                    "consumption.count": "\(summary.appleUnreachable.count)", "error": "\(summary.appleUnreachable.first ?? "")",
+                    "consumption.count": .stringConvertible(summary.appleUnreachable.count), "error": "\(summary.appleUnreachable.first ?? "")",
                 ])
                 throw ExitStatus.failed
             }

@@ -52,7 +52,7 @@ struct CorrectionsCommand: AsyncParsableCommand {
             }
             try sink.commit()
             await connection.close()
-            logger.info("corrections.listed", metadata: ["corrections.count": "\(count)", "corrections.last_applied_seq": "\(last)"])
+            logger.info("corrections.listed", metadata: ["corrections.count": .stringConvertible(count), "corrections.last_applied_seq": .stringConvertible(last)])
         }
     }
 

@@ -94,7 +94,7 @@ struct ExportFinanceCommand: AsyncParsableCommand {
                 }
                 try sink?.commit()
                 logger.info("finance.exported", metadata: [
-                    "finance.rows": "\(rows)", "finance.output": "\(writesCSV ? output ?? "stdout" : "none")",
+                    "finance.rows": .stringConvertible(rows), "finance.output": "\(writesCSV ? output ?? "stdout" : "none")",
                     "finance.as_of": "\(Timestamp.format(asOf))", "finance.by": "\(by.rawValue)",
                 ])
             } catch {

@@ -46,7 +46,7 @@ struct RunsCommand: AsyncParsableCommand {
                 try sink.write(json ? try ProgramJSON.line(RunLine(run)) + "\n" : Self.textLine(run))
             }
             try sink.commit()
-            logger.info("runs.listed", metadata: ["runs.count": "\(runs.count)"])
+            logger.info("runs.listed", metadata: ["runs.count": .stringConvertible(runs.count)])
         }
     }
 
