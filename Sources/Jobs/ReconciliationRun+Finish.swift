@@ -23,13 +23,13 @@ extension ReconciliationRun {
 
         let (runId, shard) = (summary.runId, options.selection.shard)
         try await ensureLockHeld(logger: logger)
-        if summary.correctionsAdopted > 0 {
-            let retired = try await withDatabaseRetry(logger: logger) { try await writer.retireAdoptedCorrections(runId: runId) }
+        if summary.correctionsTakenOver > 0 {
+            let retired = try await withDatabaseRetry(logger: logger) { try await writer.retireTakenOverCorrections(runId: runId) }
             summary.correctionsSuperseded += retired
         }
         let planned = try await withDatabaseRetry(logger: logger) { try await writer.plannedRevokes(runId: runId) }
         let limit = try await revokeRatioCount(
-            RevokeRatioCount(accounts: summary.accountsVerified, revokedAccounts: planned.revokedAccounts), tookOver: summary.correctionsAdopted > 0,
+            RevokeRatioCount(accounts: summary.accountsVerified, revokedAccounts: planned.revokedAccounts), tookOver: summary.correctionsTakenOver > 0,
             context)
         summary.revokeRatio = limit
         if limit.nightAccounts >= options.revokeRatioMinimumAccounts && limit.ratio > options.maximumRevokeRatio {

@@ -18,9 +18,9 @@ extension ReconciliationRun {
     func prepare(_ context: RunContext, summary: inout RunSummary) async throws -> RunReportWriter {
         let (now, writer, logger) = (context.now, context.writer, context.logger)
         if !options.isDryRun {
-            summary.correctionsAdopted = try await writer.adoptInterruptedRuns(runId: summary.runId, shard: options.selection.shard, now: now)
-            if summary.correctionsAdopted > 0 {
-                logger.notice("run.adopted", metadata: ["run.corrections": .stringConvertible(summary.correctionsAdopted)])
+            summary.correctionsTakenOver = try await writer.takeOverInterruptedRuns(runId: summary.runId, shard: options.selection.shard, now: now)
+            if summary.correctionsTakenOver > 0 {
+                logger.notice("run.took_over", metadata: ["run.corrections": .stringConvertible(summary.correctionsTakenOver)])
             }
         }
         if !options.isDryRun {

@@ -24,7 +24,7 @@ public enum RunReport {
 
         enum Keys: String, CodingKey {
             case outcomes
-            case pollingBlindSpots = "polling_blind_spots"
+            case pollingBlindSpots
         }
 
         func encode(to encoder: any Encoder) throws {
@@ -53,8 +53,8 @@ public enum RunReport {
         if summary.correctionsSuperseded > 0 {
             lines.append("  superseded (entitlement changed meanwhile, or a plan taken over and not applied): \(summary.correctionsSuperseded)")
         }
-        if summary.correctionsAdopted > 0 {
-            lines.append("  taken over from interrupted runs: \(summary.correctionsAdopted) (their accounts verified again; only fresh plans apply)")
+        if summary.correctionsTakenOver > 0 {
+            lines.append("  taken over from interrupted runs: \(summary.correctionsTakenOver) (their accounts verified again; only fresh plans apply)")
         }
         if let limit = summary.revokeRatio, limit.siblingShards != nil {
             lines.append("  safety limit: \(limit.revokedAccounts) of \(limit.accounts) verified accounts with this night's other shards (\(limit.nightAccounts) for the minimum)")
@@ -161,7 +161,7 @@ public enum RunReport {
             - Applied: \(summary.correctionsApplied); superseded (the entitlement changed after planning, or a plan taken over and not applied): \(summary.correctionsSuperseded)
             - Sandbox grants: \(summary.sandboxGrants)
             - Revokes held for the expiry lag: \(summary.heldRevokes)
-            - Taken over from interrupted runs: \(summary.correctionsAdopted)
+            - Taken over from interrupted runs: \(summary.correctionsTakenOver)
             - Apple requests: \(summary.appleRequests); pauses for a storm of transient failures: \(summary.appleStormPauses)
             - Fresher receipts from Apple stored: \(summary.latestReceiptsStored); placeholders ignored: \(summary.latestReceiptsIgnored)
 

@@ -122,7 +122,7 @@ public struct RunSummary: Sendable, Codable, Equatable {
     /// Corrections planned by runs that died, failed or aborted, and taken over by this one. Each
     /// ends superseded (unless this run fails too): only this run's own fresh plan of an account it
     /// verified again is applied.
-    public var correctionsAdopted = 0
+    public var correctionsTakenOver = 0
     /// What the safety limit counted, once the run had planned (nil for a dry run, or a summary
     /// stored before it).
     public var revokeRatio: RevokeRatioCount?
@@ -199,7 +199,7 @@ public struct RunSummary: Sendable, Codable, Equatable {
 
     /// Corrections of the run still planned: its own and those it took over, less those applied
     /// or superseded (an aborted run's plan, kept for review).
-    public var correctionsPlanned: Int { totalCorrections + correctionsAdopted - correctionsApplied - correctionsSuperseded }
+    public var correctionsPlanned: Int { totalCorrections + correctionsTakenOver - correctionsApplied - correctionsSuperseded }
 
     /// Adds one account's result.
     public mutating func add(_ account: AccountOutcomeCounts) {

@@ -28,7 +28,7 @@ extension ReconciliationStore {
     /// the planned corrections. In a dry run only the planned corrections are written.
     /// `verifiedAccounts` are the batch's accounts whose receipts all verified: their fresh plan
     /// replaces any older plan this run took over (the others' are retired unapplied when planning
-    /// ends: `retireAdoptedCorrections`).
+    /// ends: `retireTakenOverCorrections`).
     func writeBatch(
         runId: Int64, startedAt: Date, receipts: [ReceiptUpdate], ledger: [LedgerEntry], corrections: [Correction],
         verifiedAccounts: [String], renewals: RenewalReplacement = RenewalReplacement(), finishedAccounts: [String] = [], isDryRun: Bool

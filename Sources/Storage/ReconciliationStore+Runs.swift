@@ -23,7 +23,7 @@ extension ReconciliationStore {
     /// account is ever applied (docs/guarantees.md, "Interruptions, crashes and safety").
     /// Records the runs taken over (and those they had taken over) in `adopted_from`.
     /// Returns how many corrections moved.
-    public func adoptInterruptedRuns(runId: Int64, shard: Shard?, now: Date) async throws -> Int {
+    public func takeOverInterruptedRuns(runId: Int64, shard: Shard?, now: Date) async throws -> Int {
         let (shardIndex, shardCount) = (shard.map(\.index), shard.map(\.count))
         return try await connection.withTransaction { connection in
             // Dead for sure: every run but the live workers of this run's own layout (other shards of K/N).
@@ -69,7 +69,7 @@ extension ReconciliationStore {
     /// never applied; the account stays due (its `reverify_requested_at`) and the next run plans it
     /// afresh. Returns how many of the run's taken-over corrections are superseded in all (those
     /// replaced by a fresh plan in `writeBatch` too).
-    public func retireAdoptedCorrections(runId: Int64) async throws -> Int {
+    public func retireTakenOverCorrections(runId: Int64) async throws -> Int {
         try await connection.execute("""
             UPDATE iap.corrections SET status = 'superseded'
             WHERE run_id = \(runId) AND status = 'planned' AND planned_by_run_id <> \(runId)
@@ -181,7 +181,7 @@ extension ReconciliationStore {
     }
 
     /// Planned corrections of the run: accounts in all, and accounts that would lose an
-    /// entitlement (after `retireAdoptedCorrections`, the run's own plan only).
+    /// entitlement (after `retireTakenOverCorrections`, the run's own plan only).
     public func plannedRevokes(runId: Int64) async throws -> (accounts: Int, revokedAccounts: Int, corrections: Int) {
         let rows = try await connection.query("""
             SELECT count(DISTINCT account_id) AS accounts,

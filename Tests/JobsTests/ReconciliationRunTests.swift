@@ -112,7 +112,7 @@ import TestSupport
             #expect(corrections.contains("refund on "))
             let summaryJSON = try JSONSerialization.jsonObject(with: Data(contentsOf: report.appending(path: "summary.json"))) as? [String: Any]
             #expect((summaryJSON?["outcomes"] as? [String: Int])?["corrected"] == 5)
-            #expect((summaryJSON?["polling_blind_spots"] as? String)?.contains("consumable") == true)
+            #expect((summaryJSON?["pollingBlindSpots"] as? String)?.contains("consumable") == true)
 
             // A second pass over the same answers writes no correction, and the ledger does not grow.
             let ledgerUpdated = try await world.count("SELECT count(*) FROM iap.transactions WHERE updated_at > first_seen_at")
@@ -151,7 +151,7 @@ import TestSupport
             let (real, _) = try await world.run(world.options())
             #expect(real.accountsProcessed == 10)
             #expect(real.correctionsApplied == 6)
-            #expect(real.correctionsAdopted == 0)
+            #expect(real.correctionsTakenOver == 0)
         }
     }
 
@@ -287,14 +287,14 @@ import TestSupport
             #expect(againEnding == .aborted)
             #expect(again.accountsProcessed == 110)
             #expect(again.error?.contains("15 of 110") == true)
-            #expect(again.correctionsAdopted == 110)
+            #expect(again.correctionsTakenOver == 110)
             #expect(try await world.entitlements() == before)
 
             // Once an operator has reviewed it and raised the limit, the next run applies its fresh plan.
             options.maximumRevokeRatio = 0.2
             let (approved, approvedEnding) = try await world.run(options)
             #expect(approvedEnding == .completed)
-            #expect(approved.correctionsAdopted == 110)
+            #expect(approved.correctionsTakenOver == 110)
             #expect(approved.correctionsApplied == 110)
             let after = try await world.entitlements()
             #expect(after.values.filter { $0.state == .refunded }.count == 15)

@@ -73,7 +73,7 @@ import Throttling
             let (backfill, ending) = try await world.run(world.options(kind: .backfill, selection: .backfill(
                 accounts: ["blip", "renewed"], receiptIds: [], since: nil, until: nil, products: [], all: false)))
             #expect(ending == .completed)
-            #expect(backfill.correctionsAdopted == 3)
+            #expect(backfill.correctionsTakenOver == 3)
             #expect(backfill.accountsProcessed == 2)
             #expect(backfill.accountsVerified == 1)
             let after = try await world.entitlements()
@@ -254,7 +254,7 @@ import Throttling
 
             let (summary, ending) = try await world.run(world.options())
             #expect(ending == .completed)
-            #expect(summary.correctionsAdopted == 2)
+            #expect(summary.correctionsTakenOver == 2)
             #expect(summary.heldRevokes == 1)
             #expect(summary.corrections["grant"] == 1 && summary.corrections["revoke"] == 1)
             let (byKind, byStatus) = try await Self.correctionsTable(world, run: summary.runId)
@@ -262,7 +262,7 @@ import Throttling
             #expect(byStatus["applied", default: 0] == summary.correctionsApplied)
             #expect(byStatus["superseded", default: 0] == summary.correctionsSuperseded)
             #expect(byStatus["planned", default: 0] == summary.correctionsPlanned)
-            #expect(byStatus.values.reduce(0, +) == summary.totalCorrections + summary.correctionsAdopted)
+            #expect(byStatus.values.reduce(0, +) == summary.totalCorrections + summary.correctionsTakenOver)
             #expect(summary.correctionsSuperseded == 2)
             // The same for the run's row, which `report` and explain read.
             let recorded = try await store.runSummary(runId: summary.runId)

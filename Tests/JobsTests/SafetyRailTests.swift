@@ -178,7 +178,7 @@ extension RunWorld {
 
             let (second, secondEnding) = try await world.run(options)
             #expect(second.accountsProcessed == 110)
-            #expect(second.correctionsAdopted == 110)
+            #expect(second.correctionsTakenOver == 110)
             #expect(secondEnding == .aborted)
             #expect(second.error?.contains("15 of 110") == true)
             #expect(second.revokeRatio?.accounts == 110)
@@ -188,7 +188,7 @@ extension RunWorld {
             // those accounts again (docs/guarantees.md, "Safety limit") and aborts again.
             let (third, thirdEnding) = try await world.run(world.options())
             #expect(third.accountsProcessed == 110)
-            #expect(third.correctionsAdopted == 110)
+            #expect(third.correctionsTakenOver == 110)
             #expect(thirdEnding == .aborted)
             #expect(third.error?.contains("15 of 110") == true)
             #expect(try await world.entitlements() == before)
@@ -247,7 +247,7 @@ extension RunWorld {
             // (each a grant: one account per correction), and does the rest.
             let (next, ending) = try await world.run(world.options())
             #expect(ending == .completed)
-            #expect(next.correctionsAdopted == planned)
+            #expect(next.correctionsTakenOver == planned)
             #expect(next.accountsProcessed == 40)
             #expect(next.correctionsSuperseded == planned)
             #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE entitled") == 40)
@@ -284,12 +284,12 @@ extension RunWorld {
             options.maximumRevokeRatio = 1
             options.selection.shard = Shard(0, of: 2)
             let (half, _) = try await world.run(options)
-            #expect(half.correctionsAdopted == firstHalf)
+            #expect(half.correctionsTakenOver == firstHalf)
             #expect(half.accountsProcessed == firstHalf)  // verified again: one correction an account
             #expect(half.correctionsApplied == firstHalf)
             options.selection.shard = nil
             let (rest, _) = try await world.run(options)
-            #expect(rest.correctionsAdopted == aborted.totalCorrections - firstHalf)
+            #expect(rest.correctionsTakenOver == aborted.totalCorrections - firstHalf)
             #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE status = 'planned'") == 0)
             #expect(try await world.count("SELECT count(*) FROM iap.entitlements WHERE state = 'refunded'") == 15)
         }
