@@ -55,6 +55,59 @@ import TestSupport
     }
 
     @Test func everySeriesInTheAlertTestsIsOneTheJobWrites() async throws {
+        let written = try await Self.writtenSeries()
+
+        let tests = try String(contentsOf: Self.cron.appending(path: "receipt-reconciler-alerts.test.yml"), encoding: .utf8)
+        let used = tests.split(separator: "\n").compactMap { line -> String? in
+            guard let start = line.range(of: "- series: '") else { return nil }
+            return String(line[start.upperBound...].dropLast())
+        }
+        #expect(used.count >= 15)
+        for series in used where !series.hasPrefix("node_") {
+            #expect(written.contains(series), "the alert tests use \(series), which the job never writes")
+        }
+        // And every alert names only metrics the job writes.
+        let rules = try String(contentsOf: Self.cron.appending(path: "receipt-reconciler-alerts.yml"), encoding: .utf8)
+        let names = Set(written.map { String($0.prefix { $0 != "{" }) })
+        for match in rules.matches(of: /receipt_reconciler_[a-z_]+/) {
+            #expect(names.contains(String(match.output)), "an alert reads \(match.output), which the job never writes")
+        }
+    }
+
+    /// cron/receipt-reconciler-dashboard.json (Grafana): every panel's every query names metrics the
+    /// job writes, and only those, and is PromQL that promtool parses (each made a recording rule).
+    @Test func theDashboardReadsOnlyMetricsTheJobWrites() async throws {
+        let names = Set(try await Self.writtenSeries().map { String($0.prefix { $0 != "{" }) })
+        let data = try Data(contentsOf: Self.cron.appending(path: "receipt-reconciler-dashboard.json"))
+        let dashboard = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        let panels = try #require(dashboard["panels"] as? [[String: Any]])
+        let expressions = panels.flatMap { ($0["targets"] as? [[String: Any]] ?? []).compactMap { $0["expr"] as? String } }
+        #expect(panels.count >= 8 && expressions.count >= panels.count, "\(expressions)")
+        var read = Set<String>()
+        for expression in expressions {
+            let metrics = expression.matches(of: /receipt_reconciler_[a-z_]+/).map { String($0.output) }
+            #expect(!metrics.isEmpty, "a panel's query names no metric of the job: \(expression)")
+            for metric in metrics {
+                #expect(names.contains(metric), "the dashboard reads \(metric), which the job never writes")
+                read.insert(metric)
+            }
+        }
+        // Every metric the job writes has a panel.
+        #expect(names.subtracting(read).isEmpty, "no panel shows \(names.subtracting(read).sorted())")
+        let directory = FileManager.default.temporaryDirectory.appending(path: "dashboard-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let rules = "groups:\n  - name: dashboard\n    rules:\n" + expressions.enumerated().map { index, expression in
+            "      - record: dashboard_query_\(index)\n        expr: '\(expression.replacingOccurrences(of: "'", with: "''"))'\n"
+        }.joined()
+        try rules.write(to: directory.appending(path: "dashboard.yml"), atomically: true, encoding: .utf8)
+        let check = try Self.promtool(["check", "rules", "dashboard.yml"], in: directory)
+        #expect(check.status == 0, "\(check.output)")
+    }
+
+    /// Every series the job writes: a real nightly run's metrics file, the App Store Server API's
+    /// families as the same writer renders a run that used it, and answer-consumption-requests' file.
+    static func writtenSeries() async throws -> Set<String> {
         var written = Set<String>()
         // A real nightly run's metrics file: a completed run and then an aborted one write every status.
         try await RunWorld.with("alert-series") { world in
@@ -74,22 +127,9 @@ import TestSupport
         written.formUnion(Self.series(in: RunReport.metrics(summary, previous: nil)))
         // answer-consumption-requests' own file, as its writer renders it.
         written.formUnion(Self.series(in: ConsumptionSummary().metrics))
+        // A dry run's own series, as its writer renders it.
+        written.formUnion(Self.series(in: RunReport.dryRunMetrics(summary, previous: nil)))
         #expect(written.contains(#"receipt_reconciler_last_run_status{kind="nightly",status="aborted"}"#), "\(written.sorted())")
-
-        let tests = try String(contentsOf: Self.cron.appending(path: "receipt-reconciler-alerts.test.yml"), encoding: .utf8)
-        let used = tests.split(separator: "\n").compactMap { line -> String? in
-            guard let start = line.range(of: "- series: '") else { return nil }
-            return String(line[start.upperBound...].dropLast())
-        }
-        #expect(used.count >= 15)
-        for series in used where !series.hasPrefix("node_") {
-            #expect(written.contains(series), "the alert tests use \(series), which the job never writes")
-        }
-        // And every alert names only metrics the job writes.
-        let rules = try String(contentsOf: Self.cron.appending(path: "receipt-reconciler-alerts.yml"), encoding: .utf8)
-        let names = Set(written.map { String($0.prefix { $0 != "{" }) })
-        for match in rules.matches(of: /receipt_reconciler_[a-z_]+/) {
-            #expect(names.contains(String(match.output)), "an alert reads \(match.output), which the job never writes")
-        }
+        return written
     }
 }
