@@ -21,7 +21,13 @@ struct MigrateCommand: AsyncParsableCommand {
         let logger = logging.bootstrap()
         try await runReportingErrors(logger: logger) {
             let connection = try await PostgresConnection.connect(try database.connectionString())
-            let applied = try await Migrator(logger: logger).migrate(connection)
+            let applied: [String]
+            do {
+                applied = try await Migrator(logger: logger).migrate(connection)
+            } catch let failure as Migrator.Failure {
+                // Exit 2: a newer schema (an image rolled back) or an edited migration; retrying mends neither.
+                throw ConfigurationError("\(failure). Migrations only go forward: run this database with a build at least as new as its schema")
+            }
             // Adjustments a migration found owed (Migrations/0024: signed terms learned after the
             // catalog's were journaled) are recorded now, by the journal's own rules.
             let events = try await ReconciliationStore(connection: connection).drainJournalBacklog()

@@ -58,14 +58,34 @@ public struct Migrator: Sendable {
     static let lockKey: Int64 = 0x7272_2D6D_6967_72
     public var migrations: [Migration]
     public var logger: Logger
+    /// How long a migration's statement waits for a table lock (a run or the app holding the
+    /// table) before its transaction gives up and is tried again later: a DDL statement waiting in
+    /// the lock queue would stall every later query of that table, a running night's included.
+    public var lockTimeout: Duration = .seconds(5)
+    /// Tries of a migration that keeps meeting a held lock, `lockRetryDelay` apart, before `migrate` fails.
+    public var lockAttempts = 12
+    public var lockRetryDelay: Duration = .seconds(5)
 
     public init(migrations: [Migration] = Migration.bundled, logger: Logger) {
         self.migrations = migrations
         self.logger = logger
     }
 
+    /// The database and this build disagree (a migration this build does not know, or one changed
+    /// after it was applied): no retry mends it.
     public struct Failure: Error, CustomStringConvertible {
         public var description: String
+    }
+
+    /// A migration met a held table lock on every try: another session holds the table (a run,
+    /// the app); `migrate` can be run again once it ends.
+    public struct LockNotTaken: Error, CustomStringConvertible {
+        public var version: String
+        public var attempts: Int
+        public var description: String {
+            "migration \(version) waited \(attempts) times for a table lock another session holds (a run, or your app): "
+                + "nothing of it was applied; run migrate again when that session ends"
+        }
     }
 
     /// Applies what is missing and returns the versions it applied (empty when up to date).
@@ -119,14 +139,35 @@ public struct Migrator: Sendable {
                 applied.append(migration.version)
                 continue
             }
-            try await connection.withTransaction { connection in
-                try await connection.executeScript(migration.sql)
-                try await connection.execute(
-                    "INSERT INTO iap.schema_migrations (version, checksum) VALUES (\(migration.version), \(migration.checksum))")
-            }
+            try await applyInTransaction(migration, connection)
             applied.append(migration.version)
         }
         return applied
+    }
+}
+
+extension Migrator {
+    /// One migration in its transaction, its statements waiting at most `lockTimeout` for a lock;
+    /// one that met a held lock is rolled back whole and tried again, up to `lockAttempts` times.
+    func applyInTransaction(_ migration: Migration, _ connection: PostgresConnection) async throws {
+        let timeout = "\(Int(lockTimeout.components.seconds * 1000 + lockTimeout.components.attoseconds / 1_000_000_000_000_000))ms"
+        for attempt in 1...max(1, lockAttempts) {
+            do {
+                try await connection.withTransaction { connection in
+                    try await connection.execute("SELECT set_config('lock_timeout', \(timeout), true)")
+                    try await connection.executeScript(migration.sql)
+                    try await connection.execute(
+                        "INSERT INTO iap.schema_migrations (version, checksum) VALUES (\(migration.version), \(migration.checksum))")
+                }
+                return
+            } catch let error as PostgresError where error.sqlState == "55P03" {
+                logger.warning("migration.lock_wait", metadata: [
+                    "migration.version": "\(migration.version)", "migration.attempt": .stringConvertible(attempt), "error": "\(error)",
+                ])
+                if attempt < lockAttempts { try await Task.sleep(for: lockRetryDelay) }
+            }
+        }
+        throw LockNotTaken(version: migration.version, attempts: max(1, lockAttempts))
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Postgres
 import Reconciliation
 import Testing
 import TestSupport
@@ -41,6 +42,22 @@ import TestSupport
             #expect(result.status == 2, "\(command): \(result.stderr)")
             #expect(result.stderr.contains("run 'receipt-reconciler migrate' first"), "\(command): \(result.stderr)")
         }
+    }
+
+    /// An image rolled back past a migration: its `migrate` (the pods' init container) exits 2,
+    /// which fails the Job at once, and says that migrations only go forward (docs/operating.md,
+    /// "The manifests").
+    @Test func aSchemaNewerThanTheBinaryIsRefusedWithExitTwo() async throws {
+        let database = try await TestDatabase.create("newer-schema")
+        defer { Task { try? await database.drop() } }
+        let environment = ["DATABASE_URL": database.connectionString]
+        #expect(try await CLIProcess.run(["migrate"], environment: environment).status == 0)
+        let connection = try await database.connect()
+        try await connection.execute("INSERT INTO iap.schema_migrations (version, checksum) VALUES ('9999_from_a_newer_build', 'x')")
+        await connection.close()
+        let result = try await CLIProcess.run(["migrate"], environment: environment)
+        #expect(result.status == 2, "\(result.stderr)")
+        #expect(result.stderr.contains("9999_from_a_newer_build") && result.stderr.contains("Migrations only go forward"), "\(result.stderr)")
     }
 
     /// docs/configuration.md, "Every command": `--log-level` and `--log-format` are every command's

@@ -47,6 +47,38 @@ import TestSupport
         try await database.drop()
     }
 
+    /// A migration whose table another session holds (a run's open transaction) waits at most its
+    /// lock timeout, so the sessions queued behind it are not stalled, is rolled back whole and
+    /// tried again; once the holder ends, the next try applies it.
+    @Test func aMigrationMeetingAHeldLockStallsNobodyAndIsTriedAgain() async throws {
+        let database = try await TestDatabase.create("migratelock")
+        let connection = try await database.connect()
+        try await Migrator(logger: .quiet).migrate(connection)
+        let holder = try await database.connect()
+        let reader = try await database.connect()
+        try await holder.execute("BEGIN")
+        try await holder.execute("SELECT count(*) FROM iap.products")  // ACCESS SHARE until the transaction ends
+        let next = Migration.bundled + [Migration(version: "9999_column", sql: "ALTER TABLE iap.products ADD COLUMN note text;")]
+        var migrator = Migrator(migrations: next, logger: .quiet)
+        (migrator.lockTimeout, migrator.lockAttempts, migrator.lockRetryDelay) = (.milliseconds(200), 3, .milliseconds(300))
+        let started = ContinuousClock.now
+        await #expect(throws: Migrator.LockNotTaken.self) { try await migrator.migrate(connection) }
+        #expect(ContinuousClock.now - started < .seconds(10))
+        // Nothing of it applied, and a query of the table never waited behind it.
+        #expect(try await connection.query("SELECT count(*) AS n FROM iap.schema_migrations WHERE version = '9999_column'")[0].decode("n", as: Int.self) == 0)
+        migrator.lockAttempts = 50  // this one outlasts the holder, however slow the machine
+        let waiting = Task { [migrator] in try await migrator.migrate(connection) }
+        try await Task.sleep(for: .milliseconds(100))
+        let queried = ContinuousClock.now
+        _ = try await reader.query("SELECT count(*) FROM iap.products")
+        #expect(ContinuousClock.now - queried < .milliseconds(400))
+        try await holder.execute("COMMIT")
+        let applied = try await waiting.value
+        #expect(applied == ["9999_column"])
+        for session in [holder, reader, connection] { await session.close() }
+        try await database.drop()
+    }
+
     @Test func aFailingMigrationLeavesNothingBehind() async throws {
         let database = try await TestDatabase.create("migratefail")
         let connection = try await database.connect()
