@@ -42,12 +42,15 @@ import Testing
 
     /// `--revoke-ratio-minimum N`: the ratio is judged from a night of N verified accounts. 40
     /// accounts, about a quarter revoked: at 40 the run aborts (exit 3, nothing applied); at 41 it
-    /// applies; 0 is refused before any work (exit 2) (docs/guarantees.md, "Safety limit").
-    @Test(arguments: [("40", Int32(3)), ("41", Int32(0)), ("0", Int32(2))])
-    func theRevokeRatioMinimumIsTheUsers(minimum: String, status: Int32) async throws {
+    /// applies; 0 is refused before any work (exit 2) (docs/guarantees.md, "Safety limit"). A
+    /// `backfill --all` of the same 40 accounts is judged alike: below the default minimum of 100 it
+    /// would have no rail, and lowering the minimum gives it one.
+    @Test(arguments: [("40", Int32(3), "run"), ("41", Int32(0), "run"), ("0", Int32(2), "run"), ("40", Int32(3), "backfill"), ("41", Int32(0), "backfill")])
+    func theRevokeRatioMinimumIsTheUsers(minimum: String, status: Int32, command: String) async throws {
         try await RunWorld.with("ratio-minimum") { world in
             try await Self.revokeWorld(world, accounts: 40)
-            let result = try await CLIProcess.run(["run", "--revoke-ratio-minimum", minimum, "--report-dir", world.reportRoot.path],
+            let selection = command == "backfill" ? ["--all"] : []
+            let result = try await CLIProcess.run([command] + selection + ["--revoke-ratio-minimum", minimum, "--report-dir", world.reportRoot.path],
                                                   environment: Self.environment(world))
             #expect(result.status == status, "\(result.stdout)\(result.stderr.suffix(1000))")
             let revoked = try await world.count("SELECT count(*) FROM iap.entitlements WHERE NOT entitled")
