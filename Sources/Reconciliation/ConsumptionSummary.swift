@@ -82,6 +82,9 @@ public struct ConsumptionSummary: Sendable, Equatable {
             "# HELP receipt_reconciler_consumption_last_run_timestamp_seconds When answer-consumption-requests last finished.",
             "# TYPE receipt_reconciler_consumption_last_run_timestamp_seconds gauge",
             "receipt_reconciler_consumption_last_run_timestamp_seconds \(Int(finishedAt.timeIntervalSince1970))",
+            "# HELP receipt_reconciler_consumption_apple_unreachable Times the last answer-consumption-requests run could not ask Apple (its history unread, an answer Apple never took): it exited 1.",
+            "# TYPE receipt_reconciler_consumption_apple_unreachable gauge",
+            "receipt_reconciler_consumption_apple_unreachable \(appleUnreachable.count)",
         ]
         return lines.joined(separator: "\n") + "\n"
     }

@@ -296,13 +296,16 @@ import TestSupport
             let age = text.split(separator: "\n").first { $0.hasPrefix("receipt_reconciler_consumption_oldest_unanswered_seconds ") }
                 .flatMap { Int($0.split(separator: " ")[1]) }
             #expect((age ?? 0) >= 10 * 3600, "\(text)")  // what the alert rule fires on
+            #expect(text.contains("receipt_reconciler_consumption_apple_unreachable 1\n"), "\(text)")  // and the unreachable alert
             // Time passes: the deadline is behind us.
             try await world.connection.execute("UPDATE iap.consumption_answers SET deadline = now() - interval '1 minute'")
             let second = try await ConsumptionAnswerTests.answer(world, ["--metrics-file", metrics.path])
             #expect(second.status == 0)
             #expect(try await Self.outcomes(world) == ["slow": "failed"])
             #expect(try await Self.received(world).count == 5)  // the five 500s of the first run; nothing after the deadline
-            #expect(try String(contentsOf: metrics, encoding: .utf8).contains("receipt_reconciler_consumption_oldest_unanswered_seconds 0"))
+            let after = try String(contentsOf: metrics, encoding: .utf8)
+            #expect(after.contains("receipt_reconciler_consumption_oldest_unanswered_seconds 0"))
+            #expect(after.contains("receipt_reconciler_consumption_apple_unreachable 0\n"), "\(after)")
         }
     }
 
