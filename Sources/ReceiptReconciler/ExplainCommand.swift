@@ -52,7 +52,10 @@ struct ExplainCommand: AsyncParsableCommand {
             let connection = try await PostgresConnection.connect(try database.connectionString())
             let now = asOf.flatMap(CommandLineTime.parse) ?? Date()
             let evidence = try await EvidenceStore(connection: connection).evidence(of: account)
-            let catalog = try await ReconciliationStore(connection: connection).catalog()
+            let store = ReconciliationStore(connection: connection)
+            let catalog = try await store.catalog()
+            // As the next run would decide: on a first night a first row granting nothing is a revoke.
+            let isFirstNight = try await store.isFirstNight(startedAt: Date())
             await connection.close()
             guard !evidence.isEmpty else {
                 FileHandle.standardError.write(Data("explain: nothing is stored about account \(account.debugDescription): no receipt, ledger row, entitlement, correction or notification\n".utf8))
@@ -60,8 +63,10 @@ struct ExplainCommand: AsyncParsableCommand {
             }
             let decisions = Explanation.decisions(
                 evidence, rules: EntitlementRules(catalog: catalog, sandboxPolicy: sandbox),
-                diff: EntitlementDiff(expiryLag: expiryLag.seconds), now: now)
-            let output = json ? ExplainOutput.json(evidence, decisions, now: now) : ExplainOutput.text(evidence, decisions, now: now)
+                diff: EntitlementDiff(expiryLag: expiryLag.seconds, isFirstNight: isFirstNight), now: now)
+            let output = json
+                ? ExplainOutput.json(evidence, decisions, now: now, isFirstNight: isFirstNight)
+                : ExplainOutput.text(evidence, decisions, now: now, isFirstNight: isFirstNight)
             FileHandle.standardOutput.write(Data(output.utf8))
         }
     }
@@ -143,7 +148,7 @@ enum ExplainOutput {
     /// The text for support. Long on purpose: the sections in the order support reads them (the
     /// verdict, what is not verified, the decisions, receipts, ledger, renewals, corrections,
     /// notifications), each a few lines of the same table helper.
-    static func text(_ evidence: AccountEvidence, _ decisions: [ProductDecision], now: Date) -> String {
+    static func text(_ evidence: AccountEvidence, _ decisions: [ProductDecision], now: Date, isFirstNight: Bool = false) -> String {
         let standing = AccountStanding(receipts: evidence.receipts)
         var out = "Account \(DisplayText.escaped(evidence.accountId)), as of \(time(now))\n"
         // Support's question first: access or not, per product, in words.
@@ -154,6 +159,10 @@ enum ExplainOutput {
                 line += decision.heldByExpiryLag ? "; a run after the expiry lag would \(next.kind.rawValue) it" : "; the next run would \(next.kind.rawValue) it"
             }
             out += DisplayText.escaped(line) + "\n"
+        }
+        if isFirstNight {
+            out += "  (a first night: no run has completed and no access was imported, so a product with no stored row that Apple "
+                + "grants nothing counts as a revoke; docs/adoption.md, \"The first night\")\n"
         }
         if let quarantine = evidence.quarantine {
             out += "\n" + DisplayText.escaped("QUARANTINED since \(time(quarantine.since)): \(quarantine.reason).") + "\n"
@@ -260,8 +269,8 @@ enum ExplainOutput {
     }
 
     /// `--json`: the documented shape (docs/explain.md), `ExplainDocument`.
-    static func json(_ evidence: AccountEvidence, _ decisions: [ProductDecision], now: Date) -> String {
+    static func json(_ evidence: AccountEvidence, _ decisions: [ProductDecision], now: Date, isFirstNight: Bool = false) -> String {
         // Plain values and arrays of them: encoding cannot fail.
-        (try? ProgramJSON.pretty(ExplainDocument(evidence, decisions, now: now))) ?? "{}\n"
+        (try? ProgramJSON.pretty(ExplainDocument(evidence, decisions, now: now, isFirstNight: isFirstNight))) ?? "{}\n"
     }
 }

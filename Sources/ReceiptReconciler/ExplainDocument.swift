@@ -8,6 +8,8 @@ import Reconciliation
 struct ExplainDocument: Encodable {
     let accountId: String
     let asOf: Date
+    /// No run has completed and no access was imported: the decisions count a first row granting nothing as a revoke.
+    let firstNight: Bool
     let standing: Standing
     let decisions: [Decision]
     let receipts: [Receipt]
@@ -21,7 +23,7 @@ struct ExplainDocument: Encodable {
     let consumptionRequests: [ConsumptionAnswer]
 
     enum CodingKeys: String, CodingKey {
-        case accountId = "account_id", asOf = "as_of", standing, decisions, receipts, ledger, renewals, corrections, quarantine
+        case accountId = "account_id", asOf = "as_of", firstNight = "first_night", standing, decisions, receipts, ledger, renewals, corrections, quarantine
         case quarantinedNotificationIds = "quarantined_notification_ids", notifications, money
         case consumptionRequests = "consumption_requests"
     }
@@ -96,9 +98,10 @@ struct ExplainDocument: Encodable {
         }
     }
 
-    init(_ evidence: AccountEvidence, _ decisions: [ProductDecision], now: Date) {
+    init(_ evidence: AccountEvidence, _ decisions: [ProductDecision], now: Date, isFirstNight: Bool = false) {
         accountId = evidence.accountId
         asOf = now
+        firstNight = isFirstNight
         standing = Standing(AccountStanding(receipts: evidence.receipts))
         self.decisions = decisions.map(Decision.init)
         receipts = evidence.receipts.map(Receipt.init)

@@ -157,7 +157,7 @@ import Testing
                 let object = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
                 #expect(Set(object.keys) == ["account_id", "as_of", "standing", "decisions", "receipts", "ledger", "renewals", "corrections",
                                              "notifications", "quarantine", "quarantined_notification_ids", "money",
-                                             "consumption_requests"])
+                                             "consumption_requests", "first_night"])
                 #expect(object["quarantine"] is NSNull && (object["quarantined_notification_ids"] as? [Any])?.isEmpty == true)
                 let standing = object["standing"] as? [String: Any]
                 #expect(standing?["state"] as? String == (account == "deferred" ? "unverified" : "verified"), "\(account)")

@@ -74,6 +74,30 @@ import TestSupport
         }
     }
 
+    /// `explain` decides as the next run would: on a first night a lapsed account with no stored row
+    /// is one the next run would revoke (and the text and JSON say it is a first night); once a run
+    /// completed, the same account's missing row is no loss of access.
+    @Test func explainKnowsAFirstNightAsTheRunDoes() async throws {
+        try await RunWorld.with("first-night-explain") { world in
+            try await Self.populated(world)
+            // acct-00001 lapsed four days ago (RunWorld.populate). A first night the limit aborted verified it
+            // (explain decides only for a verified account) and is still no completed night.
+            #expect(try await Self.run(world, "aborted", ["--first-night", "--max-revoke-ratio", "0.05", "--revoke-ratio-minimum", "10"]).status == 3)
+            let environment = RunWorld.environment(world)
+            let text = try await CLIProcess.run(["explain", "acct-00001"], environment: environment)
+            #expect(text.status == 0 && text.stdout.contains("the next run would revoke it") && text.stdout.contains("a first night"), "\(text.stdout)")
+            let json = try await CLIProcess.run(["explain", "acct-00001", "--json"], environment: environment)
+            let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+            let decision = (object?["decisions"] as? [[String: Any]])?.first
+            #expect(object?["first_night"] as? Bool == true && (decision?["next_run"] as? [String: Any])?["kind"] as? String == "revoke",
+                    "\(json.stdout.prefix(1500))")
+            #expect(try await Self.run(world, "first", ["--first-night", "--max-revoke-ratio", "1"]).status == 0)
+            let after = try await CLIProcess.run(["explain", "acct-00001", "--json"], environment: environment)
+            let later = try JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as? [String: Any]
+            #expect(later?["first_night"] as? Bool == false, "\(after.stdout.prefix(500))")
+        }
+    }
+
     /// With no receipt stored there is nothing to take away: the first night runs without the flag.
     @Test func aFirstNightWithNoReceiptNeedsNoFlag() async throws {
         try await RunWorld.with("first-night-empty") { world in
