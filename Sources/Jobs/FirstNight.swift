@@ -7,7 +7,7 @@ import Storage
 /// refused before anything is read or written (docs/adoption.md, "The first night").
 public struct FirstNightRefused: Error, CustomStringConvertible {
     public var description: String {
-        "iap.entitlements is empty, receipts are stored and no run has completed: this first night would decide every customer's access "
+        "iap.entitlements is empty and receipts are stored: this first night would decide every customer's access "
             + "from Apple's answers alone. Import the app's current access first (docs/adoption.md, 'The first import'), "
             + "or pass --first-night to run anyway; it prints what it takes away, per product, before applying anything"
     }
@@ -42,11 +42,11 @@ public struct FirstNightLosses: Sendable, Equatable {
 }
 
 extension ReconciliationRun {
-    /// Whether this run is a first night (a first row that grants nothing counts as a revoke), and
-    /// refuses one on an empty `iap.entitlements` unless `--first-night` says so (a dry run is
-    /// never refused: it applies nothing).
-    func judgeFirstNight(now: Date, reader: ReconciliationStore) async throws -> Bool {
-        let isFirstNight = try await withDatabaseRetry(logger: logger) { try await reader.isFirstNight(startedAt: now) }
+    /// Whether this run is a first night (the app's access never imported: a first row that grants
+    /// nothing counts as a revoke), and refuses one on an empty `iap.entitlements` with receipts
+    /// stored unless `--first-night` says so (a dry run is never refused: it applies nothing).
+    func judgeFirstNight(reader: ReconciliationStore) async throws -> Bool {
+        let isFirstNight = try await withDatabaseRetry(logger: logger) { try await reader.isFirstNight() }
         guard isFirstNight, !options.isDryRun, !options.acceptsFirstNight else { return isFirstNight }
         if try await withDatabaseRetry(logger: logger, { try await reader.accessNeverImported() }) { throw FirstNightRefused() }
         return isFirstNight

@@ -17,9 +17,11 @@ extension ReconciliationRun {
     func applyWithinSafetyLimit(_ context: RunContext, summary: inout RunSummary) async throws -> Ending {
         let (now, writer, logger) = (context.now, context.writer, context.logger)
         if secretGuard.hasRejected(accountsVerified: summary.accountsVerified) { return .sharedSecretRejected }
-        try await announceFirstNightLosses(context, summary: summary)
         let ending: Ending = stopRequested.withLock { $0 } ? .interrupted : .completed
-        guard !options.isDryRun else { return ending }
+        guard !options.isDryRun else {
+            try await announceFirstNightLosses(context, summary: summary)
+            return ending
+        }
 
         let (runId, shard) = (summary.runId, options.selection.shard)
         try await ensureLockHeld(logger: logger)
@@ -27,6 +29,8 @@ extension ReconciliationRun {
             let retired = try await withDatabaseRetry(logger: logger) { try await writer.retireTakenOverCorrections(runId: runId) }
             summary.correctionsSuperseded += retired
         }
+        // The losses of the plan the limit judges: taken-over plans not verified again are retired first.
+        try await announceFirstNightLosses(context, summary: summary)
         let planned = try await withDatabaseRetry(logger: logger) { try await writer.plannedRevokes(runId: runId) }
         let limit = try await revokeRatioCount(
             RevokeRatioCount(accounts: summary.accountsVerified, revokedAccounts: planned.revokedAccounts), tookOver: summary.correctionsTakenOver > 0,

@@ -41,7 +41,7 @@ extension ReconciliationRun {
         let isFirstNight = context.isFirstNight
         if isFirstNight {
             logger.notice("run.first_night", metadata: [
-                "run.reason": "no run completed and no entitlement was imported: a first row that grants nothing counts as a revoke",
+                "run.reason": "the app's access was never imported (every entitlement row is one the job created): a first row that grants nothing counts as a revoke",
             ])
         }
         let processor = AccountProcessor(source: source, options: options, rules: rules,

@@ -114,7 +114,7 @@ public final class ReconciliationRun: Sendable {
         let now = Date()
         let (reader, writer) = (sessions.reader, sessions.writer)
         // Refused before the run's row: a first night nobody asked for leaves nothing behind.
-        let isFirstNight = try await judgeFirstNight(now: now, reader: reader)
+        let isFirstNight = try await judgeFirstNight(reader: reader)
         var summary = try await startRun(now: now, writer: writer)
         var logger = self.logger
         logger[metadataKey: "run.id"] = .stringConvertible(summary.runId)
@@ -169,7 +169,7 @@ struct RunContext: Sendable {
     let reader: ReconciliationStore
     let writer: ReconciliationStore
     let logger: Logger
-    /// No run completed and nothing was imported: a first row that grants nothing is a revoke.
+    /// The app's access was never imported: a first row that grants nothing is a revoke.
     let isFirstNight: Bool
 }
 

@@ -55,7 +55,7 @@ struct ExplainCommand: AsyncParsableCommand {
             let store = ReconciliationStore(connection: connection)
             let catalog = try await store.catalog()
             // As the next run would decide: on a first night a first row granting nothing is a revoke.
-            let isFirstNight = try await store.isFirstNight(startedAt: Date())
+            let isFirstNight = try await store.isFirstNight()
             await connection.close()
             guard !evidence.isEmpty else {
                 FileHandle.standardError.write(Data("explain: nothing is stored about account \(account.debugDescription): no receipt, ledger row, entitlement, correction or notification\n".utf8))
@@ -161,7 +161,7 @@ enum ExplainOutput {
             out += DisplayText.escaped(line) + "\n"
         }
         if isFirstNight {
-            out += "  (a first night: no run has completed and no access was imported, so a product with no stored row that Apple "
+            out += "  (a first night: the app's access was never imported, so a product with no stored row that Apple "
                 + "grants nothing counts as a revoke; docs/adoption.md, \"The first night\")\n"
         }
         if let quarantine = evidence.quarantine {

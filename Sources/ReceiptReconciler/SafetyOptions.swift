@@ -20,7 +20,7 @@ struct SafetyOptions: ParsableArguments {
     @Option(help: "Judge --max-revoke-ratio only over a night of at least this many verified accounts (a shard K/N counts as its whole night).")
     var revokeRatioMinimum = RunOptions.defaults.revokeRatioMinimumAccounts
 
-    @Flag(help: "Run although iap.entitlements is empty and no run has completed (the app's own access was never imported): every account whose first row grants nothing counts as losing access. The run prints what it takes away, per product, before applying anything (docs/adoption.md, 'The first night').")
+    @Flag(help: "Run although iap.entitlements is empty while receipts are stored (the app's own access was never imported): every account whose first row grants nothing counts as losing access. The run prints what it takes away, per product, before applying anything (docs/adoption.md, 'The first night').")
     var firstNight = false
 
     func validate() throws {

@@ -216,17 +216,22 @@ extension ReconciliationStore {
 }
 
 extension ReconciliationStore {
-    /// Whether the run started at `startedAt` is a first night before the app's access was
-    /// imported: no run has completed, and no entitlement was stored before the first run that
-    /// was not a dry run began (rows a sibling shard writes tonight are newer). Then a first row
-    /// that grants nothing counts as a revoke (docs/guarantees.md, "Safety limit").
-    public func isFirstNight(startedAt: Date) async throws -> Bool {
+    /// Whether the app's access was never imported, which makes every night a first night: every
+    /// row of `iap.entitlements` is one the job created (an applied correction wrote it where there
+    /// was no row). Then a first row that grants nothing counts as a revoke, since the app may have
+    /// given that access from its own table (docs/guarantees.md, "Safety limit"). Decided by who
+    /// wrote the rows, not by runs or times: the shards of one first night, a first night spread
+    /// over several (`--window`), a re-run after a kill or an abort all count alike, and an import
+    /// made after an aborted first night counts as one. A row the job updated later (the original
+    /// transaction id filled in) is still the app's.
+    public func isFirstNight() async throws -> Bool {
         try await connection.query("""
-            SELECT NOT EXISTS (SELECT 1 FROM iap.reconciliation_runs WHERE NOT dry_run AND status = 'completed')
-               AND NOT EXISTS (
-                   SELECT 1 FROM iap.entitlements
-                   WHERE updated_at < COALESCE((SELECT min(started_at) FROM iap.reconciliation_runs WHERE NOT dry_run), \(startedAt)::timestamptz)
-               ) AS first_night
+            SELECT NOT EXISTS (
+                SELECT 1 FROM iap.entitlements e
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM iap.corrections c
+                    WHERE c.account_id = e.account_id AND c.product_id = e.product_id AND c.status = 'applied' AND c.before IS NULL)
+            ) AS first_night
             """)[0].decode("first_night")
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Reconciliation
 import Testing
 import TestSupport
 @testable import WorldSupport
@@ -37,7 +38,7 @@ import TestSupport
     }
 
     /// The dry run is never refused, and prints the losses per product; `--first-night` prints them
-    /// before applying; a later night needs no flag.
+    /// before applying; a later night needs no flag (and, nothing imported, lists what it takes away: nothing).
     @Test func aFirstNightPrintsWhatItTakesAwayPerProductBeforeApplying() async throws {
         try await RunWorld.with("first-night-accepted") { world in
             try await Self.populated(world)
@@ -58,8 +59,9 @@ import TestSupport
             #expect(first.stderr.contains("run.first_night_losses"))
             #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE kind = 'revoke' AND status = 'applied'") == 6)
 
+            // Nothing of the app's was imported: the next night is a first night too, and takes nothing away.
             let next = try await Self.run(world, "next", [])
-            #expect(next.status == 0 && !next.stdout.contains("First night"), "\(next.stderr.suffix(1000))")
+            #expect(next.status == 0 && next.stdout.contains("(none: no account loses access)"), "\(next.stdout)\(next.stderr.suffix(1000))")
         }
     }
 
@@ -75,8 +77,8 @@ import TestSupport
     }
 
     /// `explain` decides as the next run would: on a first night a lapsed account with no stored row
-    /// is one the next run would revoke (and the text and JSON say it is a first night); once a run
-    /// completed, the same account's missing row is no loss of access.
+    /// is one the next run would revoke (and the text and JSON say it is a first night); once the
+    /// app's access is imported, the same account's missing row is no loss of access.
     @Test func explainKnowsAFirstNightAsTheRunDoes() async throws {
         try await RunWorld.with("first-night-explain") { world in
             try await Self.populated(world)
@@ -91,10 +93,48 @@ import TestSupport
             let decision = (object?["decisions"] as? [[String: Any]])?.first
             #expect(object?["first_night"] as? Bool == true && (decision?["next_run"] as? [String: Any])?["kind"] as? String == "revoke",
                     "\(json.stdout.prefix(1500))")
-            #expect(try await Self.run(world, "first", ["--first-night", "--max-revoke-ratio", "1"]).status == 0)
+            // Once the app's access is imported, the same account's missing row would be no loss.
+            try await world.store(Entitlement(accountId: "imported", productId: "pro.monthly", originalTransactionId: "", state: .active,
+                                              expiresAt: world.expiry(endDays: 30)))
             let after = try await CLIProcess.run(["explain", "acct-00001", "--json"], environment: environment)
             let later = try JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as? [String: Any]
-            #expect(later?["first_night"] as? Bool == false, "\(after.stdout.prefix(500))")
+            let laterDecision = (later?["decisions"] as? [[String: Any]])?.first
+            #expect(later?["first_night"] as? Bool == false && (laterDecision?["next_run"] as? [String: Any])?["kind"] as? String == "update",
+                    "\(after.stdout.prefix(1500))")
+        }
+    }
+
+    /// A first night in two shards: the second shard, run after the first completed, still counts
+    /// its lapsed first rows as losses (the night is decided by who wrote the rows, not by a
+    /// completed run); and an import made after an aborted first night ends the first nights.
+    @Test func aShardedFirstNightCountsEveryShardAndAnImportAfterAnAbortEndsIt() async throws {
+        try await RunWorld.with("first-night-shards") { world in
+            try await RunWorld.populate(world, count: 40)  // 10 lapsed, spread over the two shards
+            var revokes = 0
+            for shard in ["0/2", "1/2"] {
+                let result = try await Self.run(world, "shard-\(shard.prefix(1))", ["--first-night", "--shard", shard, "--max-revoke-ratio", "1"])
+                #expect(result.status == 0 && result.stderr.contains("run.first_night"), "\(shard): \(result.stderr.suffix(800))")
+                let runId = try await world.count("SELECT max(id) FROM iap.reconciliation_runs")
+                let own = try await world.count("SELECT count(*) FROM iap.corrections WHERE kind = 'revoke' AND run_id = \(runId)")
+                #expect(own > 0, "shard \(shard) counted none of its losses")
+                revokes += own
+            }
+            #expect(revokes == 10)
+        }
+        try await RunWorld.with("first-night-import-after-abort") { world in
+            try await Self.populated(world)
+            let aborted = try await Self.run(world, "aborted", ["--first-night", "--max-revoke-ratio", "0.05", "--revoke-ratio-minimum", "10"])
+            #expect(aborted.status == 3)
+            // The adopter imports as adoption.md says, after the aborted night: two customers the app serves.
+            for account in ["acct-00010", "acct-00011"] {
+                try await world.store(Entitlement(accountId: account, productId: "pro.monthly", originalTransactionId: "", state: .active,
+                                                  expiresAt: world.expiry(endDays: 30)))
+            }
+            let next = try await Self.run(world, "next", ["--max-revoke-ratio", "0.05", "--revoke-ratio-minimum", "10"])
+            #expect(next.status == 0 && !next.stderr.contains("run.first_night"), "\(next.stderr.suffix(800))")
+            let runId = try await world.count("SELECT max(id) FROM iap.reconciliation_runs")
+            // Its own plan (the aborted night's, taken over, is retired or replaced): no first row counted as a loss.
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE kind = 'revoke' AND planned_by_run_id = \(runId)") == 0)
         }
     }
 

@@ -77,9 +77,9 @@ import TestSupport
         #expect(lines.count == 1 && lines[0].contains("DATABASE_URL") && lines[0].contains("APPLE_SHARED_SECRET"), "\(result.stderr)")
     }
 
-    /// On a first night before an import, a first row that grants nothing counts as a revoke (the
-    /// app may have given access from its own table); once the app's access was imported, or after
-    /// a first night, a missing row means no access, and such a row is an update.
+    /// Before an import, a first row that grants nothing counts as a revoke (the app may have given
+    /// access from its own table), on the first night and on a later one (a newcomer); once the
+    /// app's access was imported, a missing row means no access, and such a row is an update.
     @Test func aFirstNightWithNothingImportedCountsLostAccessAndAnImportedOneDoesNot() async throws {
         func night(_ world: RunWorld, _ name: String) async throws -> (revokes: Int, log: String) {
             let result = try await CLIProcess.run(["run", "--stale-after", "0s", "--report-dir", world.reportRoot.appending(path: name).path],
@@ -92,11 +92,11 @@ import TestSupport
             try await RunWorld.populate(world, count: 20)  // 5 lapsed days ago, nothing stored
             let first = try await night(world, "first")
             #expect(first.revokes == 5 && first.log.contains("run.first_night"), "\(first.revokes)")
-            // The next night: a new account with a lapsed subscription takes nothing away.
+            // The next night, still nothing of the app's imported: a new account with a lapsed subscription counts as a loss.
             try await world.addReceipt("newcomer", spec: ["generate": ["subscriptions": [world.subscription(original: "990", endDays: -3)]]])
             let second = try await night(world, "second")
-            #expect(second.revokes == 0 && !second.log.contains("run.first_night"))
-            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE account_id = 'newcomer' AND kind = 'update'") == 1)
+            #expect(second.revokes == 1 && second.log.contains("run.first_night"), "\(second.revokes)")
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE account_id = 'newcomer' AND kind = 'revoke'") == 1)
         }
         try await RunWorld.with("first-night-imported") { world in
             try await RunWorld.populate(world, count: 20)
@@ -104,6 +104,16 @@ import TestSupport
                                               expiresAt: world.expiry(endDays: 30)))
             let imported = try await night(world, "first")
             #expect(imported.revokes == 0 && !imported.log.contains("run.first_night"), "\(imported.revokes)")
+            // The job then corrects the imported row (its original id filled in, its state): it is still the app's import.
+            try await world.addReceipt("someone-else", spec: ["generate": ["subscriptions": [world.subscription(original: "991", endDays: 20)]]])
+            try await world.addReceipt("newcomer", spec: ["generate": ["subscriptions": [world.subscription(original: "992", endDays: -3)]]])
+            let later = try await night(world, "later")
+            #expect(later.revokes == 0 && !later.log.contains("run.first_night"), "\(later.revokes)")
+            #expect(try await world.count("SELECT count(*) FROM iap.corrections WHERE account_id = 'someone-else' AND status = 'applied'") == 1)
+            // The night after: every row now has an applied correction, yet someone-else's was the app's first.
+            try await world.addReceipt("newcomer-2", spec: ["generate": ["subscriptions": [world.subscription(original: "993", endDays: -2)]]])
+            let after = try await night(world, "after")
+            #expect(after.revokes == 0 && !after.log.contains("run.first_night"), "\(after.revokes)")
         }
     }
 }
