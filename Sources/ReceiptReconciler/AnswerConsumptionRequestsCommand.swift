@@ -29,8 +29,9 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
             advanced_commerce or answered_already (Apple took an answer for the transaction within 12 hours). \
             Each answer is decided again, consent read again, in the transaction that lets it leave. \
             Nothing is ever sent twice for one request, nor after the 12 hours. Exit 0 when it completed \
-            (refusals included), 2 for the configuration (or Apple refusing the key), 4 when another answering \
-            process runs.
+            (refusals included), 1 when Apple could not be asked (its history unread, an answer it never took: \
+            what is left waits for the next run), 2 for the configuration (or Apple refusing the key), 4 when \
+            another answering process runs.
             """
     )
 

@@ -253,10 +253,17 @@ extension ReconciliationStore {
             """).map { (try $0.decode("product_id"), try $0.decode("accounts")) }
     }
 
-    /// The summary a run stored, or nil when there is no such run.
+    /// The summary a run stored, or nil when there is no such run. A summary an older build wrote
+    /// after migration 0033 (a night still running on the old image while a new one migrated)
+    /// says `correctionsAdopted`: read as `correctionsTakenOver`.
     public func runSummary(runId: Int64) async throws -> RunSummary? {
         let rows = try await connection.query("""
-            SELECT statistics, status, finished_at, error FROM iap.reconciliation_runs WHERE id = \(runId)
+            SELECT CASE WHEN statistics ? 'correctionsAdopted'
+                        THEN (statistics - 'correctionsAdopted')
+                             || jsonb_build_object('correctionsTakenOver', statistics -> 'correctionsAdopted')
+                        ELSE statistics END AS statistics,
+                   status, finished_at, error
+            FROM iap.reconciliation_runs WHERE id = \(runId)
             """)
         guard let row = rows.first else { return nil }
         var summary = try row.decode("statistics", as: PostgresJSON.self).decoded(as: RunSummary.self)

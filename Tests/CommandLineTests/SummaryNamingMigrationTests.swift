@@ -32,5 +32,14 @@ import TestSupport
         let object = try JSONSerialization.jsonObject(with: Data(report.stdout.utf8)) as? [String: Any]
         #expect(object?["correctionsTakenOver"] as? Int == 7 && object?["correctionsAdopted"] == nil, "\(report.stdout.prefix(500))")
         #expect(object?["pollingBlindSpots"] is String && object?["polling_blind_spots"] == nil)
+        // An older build still running while a newer one migrated writes the old name again: still read.
+        let writeBack = try await database.connect()
+        try await writeBack.execute("""
+            UPDATE iap.reconciliation_runs SET statistics = (statistics - 'correctionsTakenOver') || '{"correctionsAdopted": 4}' WHERE id = 1
+            """)
+        await writeBack.close()
+        let again = try await CLIProcess.run(["report", "1", "--format", "json"], environment: ["DATABASE_URL": database.connectionString])
+        let reread = try JSONSerialization.jsonObject(with: Data(again.stdout.utf8)) as? [String: Any]
+        #expect(again.status == 0 && reread?["correctionsTakenOver"] as? Int == 4, "\(again.stderr)")
     }
 }
