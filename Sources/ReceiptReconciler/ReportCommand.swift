@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Jobs
+import Logging
 import Postgres
 import Reconciliation
 import Storage
@@ -49,6 +50,13 @@ struct ReportCommand: AsyncParsableCommand {
             }
             guard let summary = try await store.runSummary(runId: runId) else {
                 throw ConfigurationError("there is no run \(runId) (`receipt-reconciler runs` lists the runs)")
+            }
+            if run == .latest, let shard = summary.shard {
+                // One shard is a part of its night: the others may have ended otherwise.
+                logger.notice("report.latest_is_a_shard", metadata: [
+                    "run.id": .stringConvertible(runId), "run.shard": "\(shard)",
+                    "hint": "the latest run is one shard of its night: `receipt-reconciler runs` lists the others and how each ended",
+                ])
             }
             let sink = try CSVSink(path: output)
             do {
