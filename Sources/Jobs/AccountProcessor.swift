@@ -29,6 +29,8 @@ struct AccountProcessor: Sendable {
     let options: RunOptions
     let rules: EntitlementRules
     let diff: EntitlementDiff
+    /// Which accounts' first rows that grant nothing are revokes (docs/adoption.md, "The first night").
+    let adoption: Adoption
     /// The run's clock: one `now` for every decision.
     let now: Date
 
@@ -139,6 +141,8 @@ struct AccountProcessor: Sendable {
         var corrections: [Correction] = []
         if isVerified {
             let decision = rules.decide(accountId: work.accountId, receipts: verified, union: union, now: now)
+            var diff = self.diff
+            diff.isFirstNight = adoption.countsFirstRowAsLoss(accountStoredAt: work.receipts.compactMap(\.storedAt).min())
             let plan = diff.corrections(stored: work.stored, computed: decision.entitlements, now: now,
                                         cancellationReasons: EntitlementRules.cancellationReasons(union),
                                         leftAsStored: Set(decision.leftAsStored.keys), lapsedGraceEnds: decision.lapsedGraceEnds)

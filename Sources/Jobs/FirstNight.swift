@@ -42,20 +42,24 @@ public struct FirstNightLosses: Sendable, Equatable {
 }
 
 extension ReconciliationRun {
-    /// Whether this run is a first night (the app's access never imported: a first row that grants
-    /// nothing counts as a revoke), and refuses one on an empty `iap.entitlements` with receipts
-    /// stored unless `--first-night` says so (a dry run is never refused: it applies nothing).
-    func judgeFirstNight(reader: ReconciliationStore) async throws -> Bool {
-        let isFirstNight = try await withDatabaseRetry(logger: logger) { try await reader.isFirstNight() }
-        guard isFirstNight, !options.isDryRun, !options.acceptsFirstNight else { return isFirstNight }
-        if try await withDatabaseRetry(logger: logger, { try await reader.accessNeverImported() }) { throw FirstNightRefused() }
-        return isFirstNight
+    /// Where the adoption stands for this run: refuses a first night on an empty
+    /// `iap.entitlements` with receipts stored unless `--first-night` says so (a dry run is never
+    /// refused: it applies nothing), and records the first night's beginning when this is the
+    /// first run that is not a dry run.
+    func judgeFirstNight(reader: ReconciliationStore) async throws -> Adoption {
+        let adoption = try await withDatabaseRetry(logger: logger) { try await reader.adoption(beginsFirstNight: false) }
+        guard adoption.isFirstNight, !options.isDryRun else { return adoption }
+        if !options.acceptsFirstNight, try await withDatabaseRetry(logger: logger, { try await reader.hasReceiptsButNoEntitlements() }) {
+            throw FirstNightRefused()
+        }
+        guard adoption.firstNightStartedAt == nil else { return adoption }
+        return try await withDatabaseRetry(logger: logger) { try await reader.adoption(beginsFirstNight: true) }
     }
 
     /// Says, per product, what a first night's plan takes away, before the safety limit and
     /// before anything is applied: on stdout (through `firstNightLosses`) and in the log.
     func announceFirstNightLosses(_ context: RunContext, summary: RunSummary) async throws {
-        guard context.isFirstNight else { return }
+        guard context.adoption.isFirstNight else { return }
         let runId = context.runId
         let losses = try await withDatabaseRetry(logger: context.logger) { try await context.writer.plannedLosses(runId: runId) }
         let announced = FirstNightLosses(

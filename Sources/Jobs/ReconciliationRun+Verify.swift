@@ -38,14 +38,13 @@ extension ReconciliationRun {
         } else {
             source = verifyReceipt
         }
-        let isFirstNight = context.isFirstNight
-        if isFirstNight {
+        if context.adoption.isFirstNight {
             logger.notice("run.first_night", metadata: [
-                "run.reason": "the app's access was never imported (every entitlement row is one the job created): a first row that grants nothing counts as a revoke",
+                "run.reason": "the app's access was never imported: for an account stored before the first night began, a first row that grants nothing counts as a revoke",
             ])
         }
         let processor = AccountProcessor(source: source, options: options, rules: rules,
-                                         diff: EntitlementDiff(expiryLag: options.expiryLag.timeInterval, isFirstNight: isFirstNight), now: now)
+                                         diff: EntitlementDiff(expiryLag: options.expiryLag.timeInterval), adoption: context.adoption, now: now)
         let (written, suspects) = try await withThrowingTaskGroup(of: Written.self) { group in
             group.addTask {
                 defer { pendingBatches.close() }  // a writer that ended early never leaves the producer waiting

@@ -114,11 +114,11 @@ public final class ReconciliationRun: Sendable {
         let now = Date()
         let (reader, writer) = (sessions.reader, sessions.writer)
         // Refused before the run's row: a first night nobody asked for leaves nothing behind.
-        let isFirstNight = try await judgeFirstNight(reader: reader)
+        let adoption = try await judgeFirstNight(reader: reader)
         var summary = try await startRun(now: now, writer: writer)
         var logger = self.logger
         logger[metadataKey: "run.id"] = .stringConvertible(summary.runId)
-        let context = RunContext(runId: summary.runId, now: now, reader: reader, writer: writer, logger: logger, isFirstNight: isFirstNight)
+        let context = RunContext(runId: summary.runId, now: now, reader: reader, writer: writer, logger: logger, adoption: adoption)
         logger.info("run.started", metadata: [
             "run.kind": "\(options.kind.rawValue)", "run.dry_run": .stringConvertible(options.isDryRun), "run.shard": "\(options.shardText ?? "all")",
         ])
@@ -169,8 +169,9 @@ struct RunContext: Sendable {
     let reader: ReconciliationStore
     let writer: ReconciliationStore
     let logger: Logger
-    /// The app's access was never imported: a first row that grants nothing is a revoke.
-    let isFirstNight: Bool
+    /// Whether the app's access was imported, and when the first night began: which accounts'
+    /// first rows that grant nothing are revokes.
+    let adoption: Adoption
 }
 
 /// The options as the run row records them (never the shared secret).

@@ -58,9 +58,16 @@ struct CorrectionsCommand: AsyncParsableCommand {
 
     /// Tab-separated; every value came from the database and is escaped, a tab in a reason included.
     static func textLine(_ correction: AppliedCorrection) -> String {
-        [String(correction.appliedSeq), String(correction.id), String(correction.runId), Timestamp.format(correction.appliedAt),
-         correction.accountId, correction.productId, correction.kind.rawValue, correction.reason]
-            .map(DisplayText.escaped).joined(separator: "\t") + "\n"
+        TabSeparated.line([String(correction.appliedSeq), String(correction.id), String(correction.runId), Timestamp.format(correction.appliedAt),
+                           correction.accountId, correction.productId, correction.kind.rawValue, correction.reason])
+    }
+}
+
+/// The text layout of the listing commands (`corrections`, `runs`): one line, tab-separated, each
+/// value escaped, so that a tab or a line feed in a value can neither shift a column nor add a line.
+enum TabSeparated {
+    static func line(_ fields: [String]) -> String {
+        fields.map(DisplayText.escaped).joined(separator: "\t") + "\n"
     }
 }
 

@@ -54,8 +54,10 @@ struct ExplainCommand: AsyncParsableCommand {
             let evidence = try await EvidenceStore(connection: connection).evidence(of: account)
             let store = ReconciliationStore(connection: connection)
             let catalog = try await store.catalog()
-            // As the next run would decide: on a first night a first row granting nothing is a revoke.
-            let isFirstNight = try await store.isFirstNight()
+            // As the next run would decide: before the import, a first row granting nothing is a revoke
+            // for an account stored before the first night began.
+            let adoption = try await store.adoption(beginsFirstNight: false)
+            let isFirstNight = adoption.countsFirstRowAsLoss(accountStoredAt: try await store.firstStored(accountId: account))
             await connection.close()
             guard !evidence.isEmpty else {
                 FileHandle.standardError.write(Data("explain: nothing is stored about account \(account.debugDescription): no receipt, ledger row, entitlement, correction or notification\n".utf8))
@@ -161,8 +163,8 @@ enum ExplainOutput {
             out += DisplayText.escaped(line) + "\n"
         }
         if isFirstNight {
-            out += "  (a first night: the app's access was never imported, so a product with no stored row that Apple "
-                + "grants nothing counts as a revoke; docs/adoption.md, \"The first night\")\n"
+            out += "  (a first night: the app's access was never imported and this account was stored before the first night "
+                + "began, so a product with no stored row that Apple grants nothing counts as a revoke; docs/adoption.md, \"The first night\")\n"
         }
         if let quarantine = evidence.quarantine {
             out += "\n" + DisplayText.escaped("QUARANTINED since \(time(quarantine.since)): \(quarantine.reason).") + "\n"

@@ -8,7 +8,8 @@ import Reconciliation
 struct ExplainDocument: Encodable {
     let accountId: String
     let asOf: Date
-    /// No run has completed and no access was imported: the decisions count a first row granting nothing as a revoke.
+    /// The app's access was never imported and the account was stored before the first night
+    /// began: the decisions count a first row granting nothing as a revoke.
     let firstNight: Bool
     let standing: Standing
     let decisions: [Decision]

@@ -52,9 +52,8 @@ struct RunsCommand: AsyncParsableCommand {
 
     /// Tab-separated; every value from the database is escaped (an error's tab or newline included).
     static func textLine(_ run: RunListing) -> String {
-        [String(run.id), run.kind, run.status, run.isDryRun ? "yes" : "no", run.shard ?? "-", Timestamp.format(run.startedAt),
-         run.finishedAt.map { Timestamp.format($0) } ?? "-", String(run.accountsProcessed), String(run.corrections), run.error ?? ""]
-            .map(DisplayText.escaped).joined(separator: "\t") + "\n"
+        TabSeparated.line([String(run.id), run.kind, run.status, run.isDryRun ? "yes" : "no", run.shard ?? "-", Timestamp.format(run.startedAt),
+                           run.finishedAt.map { Timestamp.format($0) } ?? "-", String(run.accountsProcessed), String(run.corrections), run.error ?? ""])
     }
 }
 

@@ -107,6 +107,8 @@ struct SeedDemoCommand: AsyncParsableCommand {
             }
             try await store.copy(receipts: receipts)
             try await store.copy(entitlements: entitlements, updatedAt: world.now)
+            // The demo app's access is imported, and the import recorded, as docs/adoption.md does it.
+            try await store.recordAccessImported()
             if let expectations { try expected.write(toFile: expectations, atomically: true, encoding: .utf8) }
             if let apiScenario { try world.writeAPIScenario(accounts: accounts, to: URL(filePath: apiScenario)) }
             if profile == .demo && accounts > DemoWorld.Kind.allCases.count {  // every kind's account exists

@@ -51,10 +51,10 @@ public struct EntitlementDiff: Sendable {
     /// A revoke for an expiry that passed less than this long ago waits for a later run:
     /// Apple's renewal can show up late.
     public var expiryLag: TimeInterval
-    /// A first night before the app's access was imported (no completed run, no entitlement stored
-    /// before it): with no row the job cannot know what the app gave from its own table, so a
-    /// first row that grants nothing is a `revoke`, counted by the safety limit. After an import,
-    /// or after a first night, a missing row means no access, and such a row is an `update`.
+    /// The account's first night (`Adoption.countsFirstRowAsLoss`: the app's access never imported,
+    /// the account stored before the first night began): with no row the job cannot know what the
+    /// app gave from its own table, so a first row that grants nothing is a `revoke`, counted by the
+    /// safety limit. Otherwise a missing row means no access, and such a row is an `update`.
     public var isFirstNight: Bool
 
     public init(expiryLag: TimeInterval = 3600, isFirstNight: Bool = false) {

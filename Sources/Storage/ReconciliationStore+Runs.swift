@@ -216,28 +216,32 @@ extension ReconciliationStore {
 }
 
 extension ReconciliationStore {
-    /// Whether the app's access was never imported, which makes every night a first night: every
-    /// row of `iap.entitlements` is one the job created (an applied correction wrote it where there
-    /// was no row). Then a first row that grants nothing counts as a revoke, since the app may have
-    /// given that access from its own table (docs/guarantees.md, "Safety limit"). Decided by who
-    /// wrote the rows, not by runs or times: the shards of one first night, a first night spread
-    /// over several (`--window`), a re-run after a kill or an abort all count alike, and an import
-    /// made after an aborted first night counts as one. A row the job updated later (the original
-    /// transaction id filled in) is still the app's.
-    public func isFirstNight() async throws -> Bool {
-        try await connection.query("""
-            SELECT NOT EXISTS (
-                SELECT 1 FROM iap.entitlements e
-                WHERE NOT EXISTS (
-                    SELECT 1 FROM iap.corrections c
-                    WHERE c.account_id = e.account_id AND c.product_id = e.product_id AND c.status = 'applied' AND c.before IS NULL)
-            ) AS first_night
-            """)[0].decode("first_night")
+    /// Where the app's adoption of the job stands (docs/adoption.md, "The first night"): whether
+    /// its access was imported, and when the first night began. `beginsFirstNight`: a run that is
+    /// not a dry run records now, on the database's clock, as that beginning if none is recorded.
+    public func adoption(beginsFirstNight: Bool) async throws -> Adoption {
+        let rows = try await connection.query("""
+            WITH begun AS (
+                INSERT INTO iap.adoption (first_night_started_at) SELECT now() WHERE \(beginsFirstNight)
+                ON CONFLICT (id) DO UPDATE SET first_night_started_at = COALESCE(iap.adoption.first_night_started_at, now())
+                RETURNING access_imported_at, first_night_started_at
+            )
+            SELECT access_imported_at, first_night_started_at FROM begun
+            UNION ALL
+            SELECT access_imported_at, first_night_started_at FROM iap.adoption WHERE NOT EXISTS (SELECT 1 FROM begun)
+            """)
+        guard let row = rows.first else { return Adoption(accessImportedAt: nil, firstNightStartedAt: nil) }
+        return Adoption(accessImportedAt: try row.decode("access_imported_at"), firstNightStartedAt: try row.decode("first_night_started_at"))
+    }
+
+    /// When the account's first receipt was stored (nil: none is).
+    public func firstStored(accountId: String) async throws -> Date? {
+        try await connection.query("SELECT min(created_at) AS stored FROM iap.app_receipts WHERE account_id = \(accountId)")[0].decode("stored")
     }
 
     /// Whether receipts are stored to decide access from while `iap.entitlements` holds no row at
     /// all: nothing of the app's own access was imported (with no receipt, nothing can be taken away).
-    public func accessNeverImported() async throws -> Bool {
+    public func hasReceiptsButNoEntitlements() async throws -> Bool {
         try await connection.query("""
             SELECT NOT EXISTS (SELECT 1 FROM iap.entitlements) AND EXISTS (SELECT 1 FROM iap.app_receipts) AS never_imported
             """)[0].decode("never_imported")

@@ -147,7 +147,7 @@ public struct ReconciliationStore: Sendable {
     /// run refuses it without holding it in memory.
     public func receipts(of accounts: [String], maximumReceiptBytes: Int = 8 << 20) async throws -> [String: [StoredReceipt]] {
         let rows = try await connection.query("""
-            SELECT id, account_id, bundle_id, environment, attempts, malformed_runs, xmin::text AS row_version, ledger_digest,
+            SELECT id, account_id, bundle_id, environment, attempts, malformed_runs, xmin::text AS row_version, ledger_digest, created_at,
                    CASE WHEN octet_length(latest_receipt) > \(maximumReceiptBytes) THEN '' ELSE latest_receipt END AS latest_receipt,
                    CASE WHEN octet_length(latest_receipt) > \(maximumReceiptBytes) THEN octet_length(latest_receipt) END AS oversize_bytes,
                    array_to_string(COALESCE(ledger_original_transaction_ids, '{}') || COALESCE(receipt_original_transaction_ids, '{}'), ' ')
@@ -165,6 +165,7 @@ public struct ReconciliationStore: Sendable {
                 ledgerDigest: try row.decode("ledger_digest"), oversizeBytes: try row.decode("oversize_bytes"),
                 knownOriginalTransactionIds: (try row.decode("known_originals", as: String?.self) ?? "").split(separator: " ").map(String.init))
             receipt.malformedRuns = try row.decode("malformed_runs")
+            receipt.storedAt = try row.decode("created_at")
             if let digest: Int64 = try row.decode("receipt_decoded_digest"), digest == receipt.blobDigest {
                 receipt.storedLocalDecode = ReceiptIdentifiers(
                     bundleId: try row.decode("receipt_bundle_id"),

@@ -72,6 +72,14 @@ public struct SeedStore: Sendable {
         })
     }
 
+    /// Records that the app's access was imported (`iap.adoption`), as docs/adoption.md's import does.
+    public func recordAccessImported() async throws {
+        try await connection.execute("""
+            INSERT INTO iap.adoption (access_imported_at) VALUES (now())
+            ON CONFLICT (id) DO UPDATE SET access_imported_at = COALESCE(iap.adoption.access_imported_at, now())
+            """)
+    }
+
     /// Server notification bodies, as the app server stores them.
     public func copy(notifications bodies: [String]) async throws {
         try await connection.copy(into: "iap.notifications", columns: ["body"], rows: bodies.map { [PostgresBind(PostgresJSON(text: $0))] })

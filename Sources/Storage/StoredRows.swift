@@ -32,6 +32,9 @@ public struct StoredReceipt: Sendable {
     /// The local decode a run stored for this very blob (its digest matches): no need to decode
     /// it again. Nil when the blob changed since, or was never decoded.
     public var storedLocalDecode: ReceiptIdentifiers?
+    /// When the app stored the row (`created_at`): whether the account was the app's before the
+    /// job's first night began (`Adoption`).
+    public var storedAt: Date?
 
     public init(id: Int64, accountId: String, bundleId: String? = nil, latestReceipt: String,
                 environment: AppleEnvironment? = nil, attempts: Int = 0, rowVersion: String = "", ledgerDigest: Int64? = nil,

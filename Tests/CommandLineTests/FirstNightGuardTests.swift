@@ -1,4 +1,5 @@
 import Foundation
+import Postgres
 import Reconciliation
 import Testing
 import TestSupport
@@ -93,9 +94,8 @@ import TestSupport
             let decision = (object?["decisions"] as? [[String: Any]])?.first
             #expect(object?["first_night"] as? Bool == true && (decision?["next_run"] as? [String: Any])?["kind"] as? String == "revoke",
                     "\(json.stdout.prefix(1500))")
-            // Once the app's access is imported, the same account's missing row would be no loss.
-            try await world.store(Entitlement(accountId: "imported", productId: "pro.monthly", originalTransactionId: "", state: .active,
-                                              expiresAt: world.expiry(endDays: 30)))
+            // Once the import is recorded, the same account's missing row would be no loss.
+            try await world.connection.execute("UPDATE iap.adoption SET access_imported_at = now()")
             let after = try await CLIProcess.run(["explain", "acct-00001", "--json"], environment: environment)
             let later = try JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as? [String: Any]
             let laterDecision = (later?["decisions"] as? [[String: Any]])?.first
@@ -125,11 +125,12 @@ import TestSupport
             try await Self.populated(world)
             let aborted = try await Self.run(world, "aborted", ["--first-night", "--max-revoke-ratio", "0.05", "--revoke-ratio-minimum", "10"])
             #expect(aborted.status == 3)
-            // The adopter imports as adoption.md says, after the aborted night: two customers the app serves.
+            // The adopter imports as adoption.md says, after the aborted night: two customers the app serves, and the mark.
             for account in ["acct-00010", "acct-00011"] {
                 try await world.store(Entitlement(accountId: account, productId: "pro.monthly", originalTransactionId: "", state: .active,
                                                   expiresAt: world.expiry(endDays: 30)))
             }
+            try await world.connection.execute("INSERT INTO iap.adoption (access_imported_at) VALUES (now()) ON CONFLICT (id) DO UPDATE SET access_imported_at = now()")
             let next = try await Self.run(world, "next", ["--max-revoke-ratio", "0.05", "--revoke-ratio-minimum", "10"])
             #expect(next.status == 0 && !next.stderr.contains("run.first_night"), "\(next.stderr.suffix(800))")
             let runId = try await world.count("SELECT max(id) FROM iap.reconciliation_runs")

@@ -115,7 +115,15 @@ final class RunWorld: @unchecked Sendable {
         }
     }
 
-    func store(_ entitlement: Entitlement) async throws {
+    /// The app's own row, imported: the import is recorded too (`iap.adoption`, as docs/adoption.md's
+    /// import does), unless `imported` is false (a row the app server wrote, with nothing imported).
+    func store(_ entitlement: Entitlement, imported: Bool = true) async throws {
+        if imported {
+            try await connection.execute("""
+                INSERT INTO iap.adoption (access_imported_at) VALUES (now())
+                ON CONFLICT (id) DO UPDATE SET access_imported_at = COALESCE(iap.adoption.access_imported_at, now())
+                """)
+        }
         try await connection.execute("""
             INSERT INTO iap.entitlements (account_id, product_id, original_transaction_id, latest_transaction_id, state, entitled,
                 expires_at, auto_renew, auto_renew_product_id, environment, ownership_type, refunded_at, updated_at)
