@@ -47,7 +47,7 @@ let package = Package(
         // scripts/bench-signed-data: the cost of one verification of Apple's signed data.
         .executableTarget(name: "bench-signed-data", dependencies: ["AppStoreModels", "SignedData"]),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-migrations"]),
-        .target(name: "SchemaMigrations", dependencies: ["Postgres", "Hashing", logging], plugins: ["EmbedMigrations"]),
+        .target(name: "SchemaMigrations", dependencies: ["Postgres", "Hashing", "CivilCalendar", logging], plugins: ["EmbedMigrations"]),
 
         // Apple's data as values: the JSON models and their decoding, the local receipt decoder. No I/O,
         // no libcurl: the entitlement rules that read these cannot reach the network even by accident.

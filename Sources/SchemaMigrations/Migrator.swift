@@ -1,3 +1,4 @@
+import CivilCalendar
 import Foundation
 import Hashing
 import Logging
@@ -150,7 +151,7 @@ extension Migrator {
     /// One migration in its transaction, its statements waiting at most `lockTimeout` for a lock;
     /// one that met a held lock is rolled back whole and tried again, up to `lockAttempts` times.
     func applyInTransaction(_ migration: Migration, _ connection: PostgresConnection) async throws {
-        let timeout = "\(Int(lockTimeout.components.seconds * 1000 + lockTimeout.components.attoseconds / 1_000_000_000_000_000))ms"
+        let timeout = "\(lockTimeout.wholeMilliseconds)ms"
         for attempt in 1...max(1, lockAttempts) {
             do {
                 try await connection.withTransaction { connection in
