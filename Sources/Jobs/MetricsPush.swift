@@ -66,6 +66,19 @@ public struct MetricsPush: Sendable {
     }
 }
 
+extension MetricsPush {
+    /// Pushes and says so in the log: `metrics.pushed`, or `metrics.push_failed` and nothing else
+    /// (the command's work is committed; the stale success time raises the alert).
+    public func publish(_ text: String, kind: String, shard: String?, logger: Logger) async {
+        do {
+            try await push(text, kind: kind, shard: shard)
+            logger.info("metrics.pushed", metadata: ["metrics.gateway": "\(displayed)"])
+        } catch {
+            logger.error("metrics.push_failed", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
 /// The Pushgateway did not take the run's metrics: the run's own work stands.
 public struct MetricsPushFailed: Error, CustomStringConvertible {
     public var gateway: String

@@ -203,12 +203,7 @@ extension ReconciliationRun {
     func pushMetrics(_ summary: RunSummary) async {
         guard let push = options.metricsPush else { return }
         let text = options.isDryRun ? RunReport.dryRunMetrics(summary, previous: nil) : RunReport.metrics(summary, previous: nil)
-        do {
-            try await push.push(text, kind: summary.kind.rawValue, shard: summary.shard)
-            logger.info("metrics.pushed", metadata: ["metrics.gateway": "\(push.displayed)"])
-        } catch {
-            logger.error("metrics.push_failed", metadata: ["error": "\(error)"])
-        }
+        await push.publish(text, kind: summary.kind.rawValue, shard: summary.shard, logger: logger)
     }
 
     func writeMetrics(_ summary: RunSummary) throws {

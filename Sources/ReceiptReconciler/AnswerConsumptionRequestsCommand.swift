@@ -120,12 +120,7 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
                 try RunReportWriter.write(summary.metrics, to: URL(filePath: metricsFile))
             }
             if let push, !dryRun {
-                do {
-                    try await push.push(summary.metrics, kind: "answer_consumption_requests", shard: nil)
-                    logger.info("metrics.pushed", metadata: ["metrics.gateway": "\(push.displayed)"])
-                } catch {
-                    logger.error("metrics.push_failed", metadata: ["error": "\(error)"])
-                }
+                await push.publish(summary.metrics, kind: "answer_consumption_requests", shard: nil, logger: logger)
             }
             // Exit 1 when Apple could not be asked: a scheduler and the alerts see it, while what
             // is left waits for the next run (docs/consumption.md, "Exit status").
