@@ -47,13 +47,13 @@ extension ReconciliationRun {
     /// refused: it applies nothing), and records the first night's beginning when this is the
     /// first run that is not a dry run.
     func judgeFirstNight(reader: ReconciliationStore) async throws -> Adoption {
-        let adoption = try await withDatabaseRetry(logger: logger) { try await reader.adoption(beginsFirstNight: false) }
+        let adoption = try await withDatabaseRetry(logger: logger) { try await reader.adoption() }
         guard adoption.isFirstNight, !options.isDryRun else { return adoption }
         if !options.acceptsFirstNight, try await withDatabaseRetry(logger: logger, { try await reader.hasReceiptsButNoEntitlements() }) {
             throw FirstNightRefused()
         }
         guard adoption.firstNightStartedAt == nil else { return adoption }
-        return try await withDatabaseRetry(logger: logger) { try await reader.adoption(beginsFirstNight: true) }
+        return try await withDatabaseRetry(logger: logger) { try await reader.beginFirstNight() }
     }
 
     /// Says, per product, what a first night's plan takes away, before the safety limit and

@@ -56,7 +56,7 @@ struct ExplainCommand: AsyncParsableCommand {
             let catalog = try await store.catalog()
             // As the next run would decide: before the import, a first row granting nothing is a revoke
             // for an account stored before the first night began.
-            let adoption = try await store.adoption(beginsFirstNight: false)
+            let adoption = try await store.adoption()
             let isFirstNight = adoption.countsFirstRowAsLoss(accountStoredAt: try await store.firstStored(accountId: account))
             await connection.close()
             guard !evidence.isEmpty else {

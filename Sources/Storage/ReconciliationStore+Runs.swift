@@ -217,20 +217,22 @@ extension ReconciliationStore {
 
 extension ReconciliationStore {
     /// Where the app's adoption of the job stands (docs/adoption.md, "The first night"): whether
-    /// its access was imported, and when the first night began. `beginsFirstNight`: a run that is
-    /// not a dry run records now, on the database's clock, as that beginning if none is recorded.
-    public func adoption(beginsFirstNight: Bool) async throws -> Adoption {
-        let rows = try await connection.query("""
-            WITH begun AS (
-                INSERT INTO iap.adoption (first_night_started_at) SELECT now() WHERE \(beginsFirstNight)
-                ON CONFLICT (id) DO UPDATE SET first_night_started_at = COALESCE(iap.adoption.first_night_started_at, now())
-                RETURNING access_imported_at, first_night_started_at
-            )
-            SELECT access_imported_at, first_night_started_at FROM begun
-            UNION ALL
-            SELECT access_imported_at, first_night_started_at FROM iap.adoption WHERE NOT EXISTS (SELECT 1 FROM begun)
-            """)
-        guard let row = rows.first else { return Adoption(accessImportedAt: nil, firstNightStartedAt: nil) }
+    /// its access was imported, and when the first night began. A plain read (`explain` changes nothing).
+    public func adoption() async throws -> Adoption {
+        guard let row = try await connection.query("SELECT access_imported_at, first_night_started_at FROM iap.adoption").first else {
+            return Adoption(accessImportedAt: nil, firstNightStartedAt: nil)
+        }
+        return Adoption(accessImportedAt: try row.decode("access_imported_at"), firstNightStartedAt: try row.decode("first_night_started_at"))
+    }
+
+    /// Records now, on the database's clock, as the first night's beginning if none is recorded
+    /// (the first run that is not a dry run), and returns where the adoption then stands.
+    public func beginFirstNight() async throws -> Adoption {
+        let row = try await connection.query("""
+            INSERT INTO iap.adoption (first_night_started_at) VALUES (now())
+            ON CONFLICT (id) DO UPDATE SET first_night_started_at = COALESCE(iap.adoption.first_night_started_at, now())
+            RETURNING access_imported_at, first_night_started_at
+            """)[0]
         return Adoption(accessImportedAt: try row.decode("access_imported_at"), firstNightStartedAt: try row.decode("first_night_started_at"))
     }
 

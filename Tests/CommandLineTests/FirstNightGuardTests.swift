@@ -89,7 +89,10 @@ import TestSupport
             let environment = RunWorld.environment(world)
             let text = try await CLIProcess.run(["explain", "acct-00001"], environment: environment)
             #expect(text.status == 0 && text.stdout.contains("the next run would revoke it") && text.stdout.contains("a first night"), "\(text.stdout)")
-            let json = try await CLIProcess.run(["explain", "acct-00001", "--json"], environment: environment)
+            // explain only reads: it runs on a read-only session (a replica) as well.
+            var readOnly = environment
+            readOnly["PGOPTIONS"] = "-c default_transaction_read_only=on"
+            let json = try await CLIProcess.run(["explain", "acct-00001", "--json"], environment: readOnly)
             let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
             let decision = (object?["decisions"] as? [[String: Any]])?.first
             #expect(object?["first_night"] as? Bool == true && (decision?["next_run"] as? [String: Any])?["kind"] as? String == "revoke",
