@@ -35,7 +35,7 @@ struct RunCommand: AsyncParsableCommand {
     var fullCycle = TimeLength(RollingSchedule().fullCycle)
 
     @Option(help: ArgumentHelp(
-        "Through the App Store Server API: take only as many accounts as this much time holds at the API budget (e.g. 4h); the report says how many were left for the next night and when the full cycle completes. Default: every due account.",
+        "Through the App Store Server API: take only as many accounts as this much time holds at the API budget (e.g. 4h); the report says how many were left for the next night and when the full cycle completes. Without the key (and without --source) it is noted and every due account verified, so one schedule serves both. Default: every due account.",
         valueName: "time"))
     var window: TimeLength?
 
@@ -51,6 +51,13 @@ struct RunCommand: AsyncParsableCommand {
             options.readsNotificationHistory = true
             if options.sources.asksServerAPI {
                 options.rollingSchedule = RollingSchedule(fullCycle: fullCycle.duration, window: window?.duration)
+            } else if let window, run.source == nil {
+                // The shipped schedules pass --window whether or not the key is configured: without
+                // it, verifyReceipt has no budget to plan by, and every due account is verified.
+                logger.notice("run.window_not_used", metadata: [
+                    "window": "\(window.defaultValueDescription)",
+                    "why": "no App Store Connect key: verifyReceipt has no budget to plan by; every due account is verified",
+                ])
             } else if window != nil {
                 throw ConfigurationError("--window plans by the App Store Server API's budget: it needs --source server-api or both (and the App Store Connect key)")
             }

@@ -243,6 +243,41 @@ import TestSupport
         }
     }
 
+    /// The notifications' own hourly schedule: `cron/process-notifications.sh` processes what the
+    /// app server stored since the night, with a dated report and metrics in a file of their own
+    /// (the night's file keeps the night's figures).
+    @Test func theNotificationsWrapperProcessesWhatWasStoredSinceTheNight() async throws {
+        try await RunWorld.with("cron-notifications") { world in
+            try await RunWorld.populate(world, count: 2)
+            let data = world.reportRoot.appending(path: "data")
+            let envFile = world.reportRoot.appending(path: "reconciler.env")
+            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
+            try """
+                DATABASE_URL='\(world.database.connectionString)'
+                APPLE_SHARED_SECRET=\(world.secret)
+                APPLE_PRODUCTION_URL=\(world.simulator.productionURL)
+                APPLE_SANDBOX_URL=\(world.simulator.sandboxURL)
+                """.write(to: envFile, atomically: true, encoding: .utf8)
+            #expect(try await Self.runWrapper("cron/run-nightly.sh", arguments: ["--first-night"], environmentFile: envFile, data: data) == 0)
+            try await V1Notifications.store(world, [V1Notifications.notification("DID_CHANGE_RENEWAL_STATUS", password: world.secret, original: "no-such-original")])
+            #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE outcome IS NULL") == 1)
+            #expect(try await Self.runWrapper("cron/process-notifications.sh", environmentFile: envFile, data: data) == 0)
+            // It names no account stored yet: unmatched, kept for when its account appears.
+            #expect(try await world.count("""
+                SELECT count(*) FROM iap.notifications n JOIN iap.reconciliation_runs r ON r.id = n.run_id
+                WHERE n.outcome = 'unmatched' AND r.kind = 'backfill'
+                """) == 1)
+            #expect(try await world.count("SELECT count(*) FROM iap.reconciliation_runs WHERE kind = 'backfill' AND status = 'completed'") == 1)
+            let reports = try FileManager.default.contentsOfDirectory(atPath: data.appending(path: "reports/notifications").path)
+            #expect(reports.count == 1)
+            #expect(FileManager.default.fileExists(atPath: data.appending(path: "reports/notifications/\(reports[0])/summary.md").path))
+            let metrics = try String(contentsOf: data.appending(path: "metrics/receipt_reconciler_notifications.prom"), encoding: .utf8)
+            #expect(metrics.contains("receipt_reconciler_last_success_timestamp_seconds{kind=\"backfill\"}"))
+            let night = try String(contentsOf: data.appending(path: "metrics/receipt_reconciler.prom"), encoding: .utf8)
+            #expect(night.contains("receipt_reconciler_last_success_timestamp_seconds{kind=\"nightly\"}"))
+        }
+    }
+
     /// Runs a wrapper of `cron/` as cron or systemd starts it: bash, a bare PATH, the environment
     /// file and the data directory; returns its exit status.
     static func runWrapper(_ script: String, arguments: [String] = [], environmentFile: URL, data: URL) async throws -> Int32 {

@@ -141,6 +141,18 @@ import Testing
             let refused = try await CLIProcess.run(["run", "--source", "verify-receipt", "--window", "4h"], environment: environment)
             #expect(refused.status == 2)
             #expect(refused.stderr.contains("--window plans by the App Store Server API's budget"), "\(refused.stderr)")
+
+            // The shipped schedules pass --window with or without the key: without it (and without
+            // --source), a notice, no plan by a budget, and every due account verified.
+            let unkeyed = try await CLIProcess.run(
+                ["run", "--dry-run", "--window", "4h", "--report-dir", world.reportRoot.appending(path: "unkeyed").path],
+                environment: RunWorld.environment(world))
+            #expect(unkeyed.status == 0, "\(unkeyed.stderr)")
+            #expect(unkeyed.stderr.contains("run.window_not_used"), "\(unkeyed.stderr)")
+            #expect(!unkeyed.stdout.contains("Plan:"), "\(unkeyed.stdout)")
+            #expect(try await world.count("""
+                SELECT accounts_processed FROM iap.reconciliation_runs WHERE dry_run AND status = 'completed' ORDER BY id DESC LIMIT 1
+                """) == 5)
         }
     }
 }
