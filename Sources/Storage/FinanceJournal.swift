@@ -131,8 +131,11 @@ public enum FinanceJournal {
                     )
                     DELETE FROM iap.journal_backlog b
                     WHERE b.transaction_id IN (SELECT transaction_id FROM first)
-                       OR b.transaction_id IN (SELECT t.transaction_id FROM iap.transactions t JOIN chains c
-                                               ON COALESCE(t.original_transaction_id, t.transaction_id) = c.chain)
+                       -- A chain's rows: those naming it as their original, and the one that is it
+                       -- (each through its index: COALESCE over both columns would read the ledger).
+                       OR b.transaction_id IN (SELECT t.transaction_id FROM iap.transactions t JOIN chains c ON t.original_transaction_id = c.chain)
+                       OR b.transaction_id IN (SELECT t.transaction_id FROM iap.transactions t JOIN chains c ON t.transaction_id = c.chain
+                                               WHERE t.original_transaction_id IS NULL)
                     RETURNING b.transaction_id
                     """).map { try $0.decode("transaction_id") }
                 return (ids, try await record(ids, connection: connection))

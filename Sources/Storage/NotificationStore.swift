@@ -276,18 +276,22 @@ public struct NotificationStore: Sendable {
         // row, not a consumable's (verifyReceipt cannot show its refund), by Apple's signed type
         // here or in the row, else the catalog's.
         let spoken = entries.filter { $0.signed?.rawProductType != SignedProductType.consumable.rawValue }.map(\.transaction.transactionId)
-        try await connection.execute("""
-            UPDATE iap.transactions t SET apple_as_of = v.verified
-            FROM (SELECT l.transaction_id, max(r.last_verified_at) AS verified
-                  FROM iap.transactions l JOIN iap.app_receipts r
-                    ON r.account_id = l.account_id AND COALESCE(l.original_transaction_id, l.transaction_id) = ANY(r.ledger_original_transaction_ids)
-                  LEFT JOIN iap.products p ON p.product_id = l.product_id
-                  WHERE l.transaction_id = ANY(\(spoken)) AND r.last_verified_at IS NOT NULL AND l.environment = 'Production'
-                    AND COALESCE(l.signed_product_type = \(SignedProductType.consumable.rawValue), p.type = 'consumable') IS NOT TRUE
-                  GROUP BY l.transaction_id) v
-            WHERE t.transaction_id = ANY(\(spoken)) AND t.transaction_id = v.transaction_id
-              AND COALESCE(t.apple_as_of, '-infinity') < v.verified
-            """)
+        // None (a consumable's notification): no statement, whose plan for an empty list once read
+        // every refunded row of the ledger.
+        if !spoken.isEmpty {
+            try await connection.execute("""
+                UPDATE iap.transactions t SET apple_as_of = v.verified
+                FROM (SELECT l.transaction_id, max(r.last_verified_at) AS verified
+                      FROM iap.transactions l JOIN iap.app_receipts r
+                        ON r.account_id = l.account_id AND COALESCE(l.original_transaction_id, l.transaction_id) = ANY(r.ledger_original_transaction_ids)
+                      LEFT JOIN iap.products p ON p.product_id = l.product_id
+                      WHERE l.transaction_id = ANY(\(spoken)) AND r.last_verified_at IS NOT NULL AND l.environment = 'Production'
+                        AND COALESCE(l.signed_product_type = \(SignedProductType.consumable.rawValue), p.type = 'consumable') IS NOT TRUE
+                      GROUP BY l.transaction_id) v
+                WHERE t.transaction_id = ANY(\(spoken)) AND t.transaction_id = v.transaction_id
+                  AND COALESCE(t.apple_as_of, '-infinity') < v.verified
+                """)
+        }
         try await ReconciliationStore(connection: connection).upsertLedger(entries)
     }
 

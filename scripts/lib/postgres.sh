@@ -1,6 +1,6 @@
 # Starts a throwaway PostgreSQL cluster on a free loopback port and stops it when the calling
 # script exits. Source this file, then call `start_throwaway_postgres DIR`; it exports PGPORT,
-# RR_PG_ADMIN_URL (key/value connection string of the `postgres` database) and RR_PG_BIN.
+# RR_PG_ADMIN_URL (key/value connection string of the `postgres` database), RR_PG_BIN and RR_PG_LOG.
 # initdb refuses root, so as root the cluster runs as the `postgres` user.
 # Durability is off (fsync, synchronous_commit, full_page_writes) for the tests' speed, unless
 # RR_PG_DURABLE=1 (the benchmark): then PostgreSQL's defaults, what a production server runs with.
@@ -39,6 +39,8 @@ start_throwaway_postgres() {
         -o "-c listen_addresses=127.0.0.1 -p $PGPORT -k $dir $durability -c max_connections=300 ${RR_PG_OPTIONS:-}" \
         >/dev/null || { cat "$dir/server.log" >&2; return 1; }
     export PGPORT RR_PG_DATA
+    # The server's log: QueryPlanTests reads the plans auto_explain writes there.
+    export RR_PG_LOG="$dir/server.log"
     export RR_PG_ADMIN_URL="host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres"
     trap stop_throwaway_postgres EXIT
 }
