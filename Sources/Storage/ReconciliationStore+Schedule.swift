@@ -17,12 +17,16 @@ extension ReconciliationStore {
     ) async throws -> (due: [ScheduleReason: Int], scheduled: [ScheduleReason: Int]) {
         let staleBefore = now.adding(.zero - staleAfter)
         let cycleBefore = now.adding(.zero - fullCycle)
+        // The plans of this shard's ended runs, and this run's own (a retry after a lost COMMIT
+        // acknowledgement plans afresh), in a statement of their own: shards that plan at once
+        // delete rows apart and wait for none of each other's planning. A run without shards
+        // prunes every ended run's plan (those of a layout no longer run too).
+        try await connection.execute("""
+            DELETE FROM iap.run_schedule s USING iap.reconciliation_runs r
+            WHERE r.id = s.run_id
+              AND (r.id = \(runId) OR (r.status <> 'running' AND (\(shard?.description)::text IS NULL OR r.shard = \(shard?.description))))
+            """)
         return try await connection.withTransaction { connection in
-            // This run's own plan too: a retry after a lost COMMIT acknowledgement plans afresh.
-            try await connection.execute("""
-                DELETE FROM iap.run_schedule s USING iap.reconciliation_runs r
-                WHERE r.id = s.run_id AND (r.status <> 'running' OR r.id = \(runId))
-                """)
             let rows = try await connection.query("""
                 WITH receipts AS (
                     SELECT account_id,

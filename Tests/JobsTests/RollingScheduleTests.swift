@@ -5,6 +5,7 @@ import Foundation
 import Jobs
 import Postgres
 import Reconciliation
+import Storage
 import TestSupport
 import Testing
 @testable import WorldSupport
@@ -153,6 +154,43 @@ import Testing
             #expect(try await world.count("""
                 SELECT accounts_processed FROM iap.reconciliation_runs WHERE dry_run AND status = 'completed' ORDER BY id DESC LIMIT 1
                 """) == 5)
+        }
+    }
+
+    /// Shards plan apart: a shard prunes only its own ended runs' plans, in a statement of its
+    /// own, so it never waits on rows another shard's planning holds; a run without shards prunes
+    /// every ended run's plan.
+    @Test func aShardPrunesOnlyItsOwnEndedPlans() async throws {
+        try await RunWorld.with("schedule-prune") { world in
+            let store = ReconciliationStore(connection: world.connection)
+            func run(_ shard: Shard?, ended: Bool) async throws -> Int64 {
+                let id = try await store.createRun(kind: .nightly, isDryRun: false, startedAt: world.now.addingTimeInterval(-86_400),
+                                                   shard: shard?.description, options: ["test": true])
+                if ended {
+                    try await world.connection.execute("UPDATE iap.reconciliation_runs SET status = 'completed' WHERE id = \(id)")
+                    try await world.connection.execute("INSERT INTO iap.run_schedule (run_id, position, account_id, reason) VALUES (\(id), 1, 'a', 'cycle')")
+                }
+                return id
+            }
+            func planned(_ run: Int64) async throws -> Int { try await world.count("SELECT count(*) FROM iap.run_schedule WHERE run_id = \(run)") }
+            func plan(_ run: Int64, _ shard: Shard?) async throws {
+                _ = try await store.planSchedule(runId: run, shard: shard, now: world.now, staleAfter: .seconds(3600), fullCycle: .seconds(7 * 86_400),
+                                                 atRiskUntil: world.now, capacity: nil)
+            }
+            let zero = try await run(Shard(0, of: 2), ended: true)
+            let one = try await run(Shard(1, of: 2), ended: true)
+            // Another session holds shard 1's ended plan, as shard 1's own pruning would while it plans.
+            let holder = try await world.database.connect()
+            try await holder.execute("BEGIN")
+            _ = try await holder.query("SELECT * FROM iap.run_schedule WHERE run_id = \(one) FOR UPDATE")
+            try await world.connection.execute("SET lock_timeout = '2s'")
+            try await plan(try await run(Shard(0, of: 2), ended: false), Shard(0, of: 2))
+            #expect(try await planned(zero) == 0)
+            #expect(try await planned(one) == 1)
+            try await holder.execute("ROLLBACK")
+            await holder.close()
+            try await plan(try await run(nil, ended: false), nil)
+            #expect(try await planned(one) == 0)
         }
     }
 }
