@@ -222,15 +222,7 @@ import TestSupport
     @Test func wrapperRunsTheJobFromItsEnvironmentFile() async throws {
         try await RunWorld.with("cron") { world in
             try await RunWorld.populate(world, count: 4)
-            let data = world.reportRoot.appending(path: "data")
-            let envFile = world.reportRoot.appending(path: "reconciler.env")
-            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
-            try """
-                DATABASE_URL='\(world.database.connectionString)'
-                APPLE_SHARED_SECRET=\(world.secret)
-                APPLE_PRODUCTION_URL=\(world.simulator.productionURL)
-                APPLE_SANDBOX_URL=\(world.simulator.sandboxURL)
-                """.write(to: envFile, atomically: true, encoding: .utf8)
+            let (data, envFile) = try Self.environmentFile(world)
             // The world's first night, on an empty iap.entitlements: the wrapper passes its arguments on.
             #expect(try await Self.runWrapper("cron/run-nightly.sh", arguments: ["--first-night"], environmentFile: envFile, data: data) == 0)
             let reports = try FileManager.default.contentsOfDirectory(atPath: data.appending(path: "reports").path)
@@ -249,15 +241,7 @@ import TestSupport
     @Test func theNotificationsWrapperProcessesWhatWasStoredSinceTheNight() async throws {
         try await RunWorld.with("cron-notifications") { world in
             try await RunWorld.populate(world, count: 2)
-            let data = world.reportRoot.appending(path: "data")
-            let envFile = world.reportRoot.appending(path: "reconciler.env")
-            try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
-            try """
-                DATABASE_URL='\(world.database.connectionString)'
-                APPLE_SHARED_SECRET=\(world.secret)
-                APPLE_PRODUCTION_URL=\(world.simulator.productionURL)
-                APPLE_SANDBOX_URL=\(world.simulator.sandboxURL)
-                """.write(to: envFile, atomically: true, encoding: .utf8)
+            let (data, envFile) = try Self.environmentFile(world)
             #expect(try await Self.runWrapper("cron/run-nightly.sh", arguments: ["--first-night"], environmentFile: envFile, data: data) == 0)
             try await V1Notifications.store(world, [V1Notifications.notification("DID_CHANGE_RENEWAL_STATUS", password: world.secret, original: "no-such-original")])
             #expect(try await world.count("SELECT count(*) FROM iap.notifications WHERE outcome IS NULL") == 1)
@@ -276,6 +260,20 @@ import TestSupport
             let night = try String(contentsOf: data.appending(path: "metrics/receipt_reconciler.prom"), encoding: .utf8)
             #expect(night.contains("receipt_reconciler_last_success_timestamp_seconds{kind=\"nightly\"}"))
         }
+    }
+
+    /// The world's settings in an environment file, as /etc/receipt-reconciler.env holds them,
+    /// and the data directory the wrappers write to.
+    static func environmentFile(_ world: RunWorld) throws -> (data: URL, file: URL) {
+        let file = world.reportRoot.appending(path: "reconciler.env")
+        try FileManager.default.createDirectory(at: world.reportRoot, withIntermediateDirectories: true)
+        try """
+            DATABASE_URL='\(world.database.connectionString)'
+            APPLE_SHARED_SECRET=\(world.secret)
+            APPLE_PRODUCTION_URL=\(world.simulator.productionURL)
+            APPLE_SANDBOX_URL=\(world.simulator.sandboxURL)
+            """.write(to: file, atomically: true, encoding: .utf8)
+        return (world.reportRoot.appending(path: "data"), file)
     }
 
     /// Runs a wrapper of `cron/` as cron or systemd starts it: bash, a bare PATH, the environment
