@@ -18,7 +18,8 @@ extension ReconciliationRun {
     func prepare(_ context: RunContext, summary: inout RunSummary) async throws -> RunReportWriter {
         let (now, writer, logger) = (context.now, context.writer, context.logger)
         if !options.isDryRun {
-            summary.correctionsTakenOver = try await writer.takeOverInterruptedRuns(runId: summary.runId, shard: options.selection.shard, now: now)
+            summary.correctionsTakenOver = try await writer.takeOverInterruptedRuns(
+                runId: summary.runId, shard: options.selection.shard, now: now, takingAborted: !options.selection.isNotificationsAlone)
             if summary.correctionsTakenOver > 0 {
                 logger.notice("run.took_over", metadata: ["run.corrections": .stringConvertible(summary.correctionsTakenOver)])
             }

@@ -33,6 +33,11 @@ struct AppStoreConnectOptions: ParsableArguments {
     /// A key is configured: the default source is then `both`.
     var isConfigured: Bool { value(appstorePrivateKeyFile, "APPSTORE_PRIVATE_KEY_FILE") != nil }
 
+    /// Some part of a key is given (its issuer, its id or its file): a key meant, whole or not.
+    var isPartlyConfigured: Bool {
+        value(appstoreIssuerId, "APPSTORE_ISSUER_ID") != nil || value(appstoreKeyId, "APPSTORE_KEY_ID") != nil || isConfigured
+    }
+
     private func value(_ flag: String?, _ variable: String) -> String? {
         if let flag, !flag.isEmpty { return flag }
         return ProcessInfo.processInfo.environment[variable].flatMap { $0.isEmpty ? nil : $0 }

@@ -51,15 +51,18 @@ struct RunCommand: AsyncParsableCommand {
             options.readsNotificationHistory = true
             if options.sources.asksServerAPI {
                 options.rollingSchedule = RollingSchedule(fullCycle: fullCycle.duration, window: window?.duration)
-            } else if let window, run.source == nil {
+            } else if let window, run.source == nil, !run.appStoreConnect.isPartlyConfigured {
                 // The shipped schedules pass --window whether or not the key is configured: without
                 // it, verifyReceipt has no budget to plan by, and every due account is verified.
+                // Part of a key given (an issuer, a key id, but no key file) is a key meant: refused.
                 logger.notice("run.window_not_used", metadata: [
                     "window": "\(window.defaultValueDescription)",
                     "why": "no App Store Connect key: verifyReceipt has no budget to plan by; every due account is verified",
                 ])
             } else if window != nil {
-                throw ConfigurationError("--window plans by the App Store Server API's budget: it needs --source server-api or both (and the App Store Connect key)")
+                throw ConfigurationError(run.source == nil
+                    ? "--window plans by the App Store Server API's budget, and the App Store Connect key is only partly configured: set APPSTORE_PRIVATE_KEY_FILE (or --appstore-private-key-file) too"
+                    : "--window plans by the App Store Server API's budget: it needs --source server-api or both (and the App Store Connect key)")
             }
             try await executeRun(options, common: run, database: database, logger: logger)
         }
@@ -99,7 +102,7 @@ struct BackfillCommand: AsyncParsableCommand {
     @Flag(help: "Every account.")
     var all = false
 
-    @Flag(help: "Process the stored server notifications, then verify just the accounts they made due.")
+    @Flag(help: "Process the stored server notifications, then verify just the accounts they made due. While another run holds the lock (a night), notes it and exits 0: the next pass takes them.")
     var notificationsOnly = false
 
     @Flag(help: ArgumentHelp(
@@ -139,7 +142,7 @@ struct BackfillCommand: AsyncParsableCommand {
             options.readsNotificationHistory = notificationsAlone
             options.retriesQuarantined = retryQuarantined
             options.retriesRejected = retryRejected
-            try await executeRun(options, common: run, database: database, logger: logger)
+            try await executeRun(options, common: run, database: database, logger: logger, lockHeldWaitsForTheNextPass: notificationsOnly)
         }
     }
 }
@@ -163,7 +166,8 @@ func disableCoreDumps() {
 }
 
 /// Connects, runs, reports, and maps the ending to its exit status (docs/operating.md, "Exit status").
-func executeRun(_ options: RunOptions, common: RunCommandOptions, database: DatabaseOptions, logger: Logger) async throws {
+func executeRun(_ options: RunOptions, common: RunCommandOptions, database: DatabaseOptions, logger: Logger,
+                lockHeldWaitsForTheNextPass: Bool = false) async throws {
     // From here on SIGTERM and SIGINT ask the run to stop; before, they end the process, which is
     // safe: nothing was written yet.
     let stopSignals = StopSignals.stream()
@@ -226,6 +230,13 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     } catch let refused as FirstNightRefused {
         logger.error("run.first_night_refused", metadata: ["error": "\(refused)"])
         throw ExitStatus.configuration
+    } catch is RunLocked where lockHeldWaitsForTheNextPass {
+        // The hourly notifications pass while a night still runs (docs/operating.md, "Sizing"):
+        // nothing is lost, the next pass takes the notifications; a failure here would be noise.
+        logger.notice("run.lock_held", metadata: [
+            "why": "another run holds the lock on this database (a night longer than its window?): the next pass takes the notifications",
+        ])
+        return
     } catch is RunLocked {
         logger.error("run.locked", metadata: ["error": "another run holds the lock on this database; try again when it ends"])
         throw ExitStatus.locked

@@ -22,8 +22,10 @@ extension ReconciliationStore {
     /// notification does), so this run verifies it again: only a fresh plan of a re-verified
     /// account is ever applied (docs/guarantees.md, "Interruptions, crashes and safety").
     /// Records the runs taken over (and those they had taken over) in `adopted_from`.
-    /// Returns how many corrections moved.
-    public func takeOverInterruptedRuns(runId: Int64, shard: Shard?, now: Date) async throws -> Int {
+    /// Returns how many corrections moved. `takingAborted` false (the hourly notifications pass):
+    /// a plan the safety limit stopped waits for the next night, where someone decides, instead of
+    /// being taken up, and likely stopped again, within the hour.
+    public func takeOverInterruptedRuns(runId: Int64, shard: Shard?, now: Date, takingAborted: Bool = true) async throws -> Int {
         let (shardIndex, shardCount) = (shard.map(\.index), shard.map(\.count))
         return try await connection.withTransaction { connection in
             // Dead for sure: every run but the live workers of this run's own layout (other shards of K/N).
@@ -40,7 +42,7 @@ extension ReconciliationStore {
                     UPDATE iap.corrections c SET run_id = \(runId), planned_by_run_id = COALESCE(c.planned_by_run_id, c.run_id)
                     FROM iap.reconciliation_runs r
                     WHERE c.run_id = r.id AND r.id <> \(runId) AND NOT r.dry_run
-                      AND r.status IN ('interrupted', 'aborted', 'failed')
+                      AND (r.status IN ('interrupted', 'failed') OR (r.status = 'aborted' AND \(takingAborted)))
                       AND c.status = 'planned' AND iap.in_shard(c.account_id, \(shardIndex), \(shardCount))
                     RETURNING r.id AS from_run, c.account_id
                 ), due AS (

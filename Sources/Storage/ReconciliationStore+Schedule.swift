@@ -17,14 +17,16 @@ extension ReconciliationStore {
     ) async throws -> (due: [ScheduleReason: Int], scheduled: [ScheduleReason: Int]) {
         let staleBefore = now.adding(.zero - staleAfter)
         let cycleBefore = now.adding(.zero - fullCycle)
-        // The plans of this shard's ended runs, and this run's own (a retry after a lost COMMIT
-        // acknowledgement plans afresh), in a statement of their own: shards that plan at once
-        // delete rows apart and wait for none of each other's planning. A run without shards
-        // prunes every ended run's plan (those of a layout no longer run too).
+        // The plans of ended runs, and this run's own (a retry after a lost COMMIT acknowledgement
+        // plans afresh), in a statement of their own, skipping rows another shard is deleting at
+        // the same moment: shards that plan at once wait for none of each other, and every ended
+        // plan (a dry run's, an old shard layout's) is pruned by whichever run comes next.
         try await connection.execute("""
-            DELETE FROM iap.run_schedule s USING iap.reconciliation_runs r
-            WHERE r.id = s.run_id
-              AND (r.id = \(runId) OR (r.status <> 'running' AND (\(shard?.description)::text IS NULL OR r.shard = \(shard?.description))))
+            DELETE FROM iap.run_schedule
+            WHERE (run_id, position) IN (
+                SELECT s.run_id, s.position FROM iap.run_schedule s JOIN iap.reconciliation_runs r ON r.id = s.run_id
+                WHERE r.id = \(runId) OR r.status <> 'running'
+                FOR UPDATE OF s SKIP LOCKED)
             """)
         return try await connection.withTransaction { connection in
             let rows = try await connection.query("""

@@ -288,6 +288,13 @@ public struct AccountSelection: Sendable {
         self.kind = kind
         self.shard = shard
     }
+
+    /// The notifications' own pass (`backfill --notifications-only`, or a retry alone): only the
+    /// accounts they made due.
+    public var isNotificationsAlone: Bool {
+        if case .reverifyRequested = kind { return true }
+        return false
+    }
 }
 
 extension Entitlement {

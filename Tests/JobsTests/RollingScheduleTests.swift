@@ -154,13 +154,19 @@ import Testing
             #expect(try await world.count("""
                 SELECT accounts_processed FROM iap.reconciliation_runs WHERE dry_run AND status = 'completed' ORDER BY id DESC LIMIT 1
                 """) == 5)
+            // Part of a key (its issuer and id, its file's variable misspelled) is a key meant: refused, not a night without the API.
+            let partly = try await CLIProcess.run(
+                ["run", "--dry-run", "--window", "4h", "--report-dir", world.reportRoot.appending(path: "partly").path],
+                environment: RunWorld.environment(world).merging(["APPSTORE_ISSUER_ID": "issuer", "APPSTORE_KEY_ID": "KEY",
+                                                                  "APPSTORE_PRIVATE_KEYFILE": key.path]) { $1 })
+            #expect(partly.status == 2)
+            #expect(partly.stderr.contains("only partly configured: set APPSTORE_PRIVATE_KEY_FILE"), "\(partly.stderr)")
         }
     }
 
-    /// Shards plan apart: a shard prunes only its own ended runs' plans, in a statement of its
-    /// own, so it never waits on rows another shard's planning holds; a run without shards prunes
-    /// every ended run's plan.
-    @Test func aShardPrunesOnlyItsOwnEndedPlans() async throws {
+    /// Shards plan apart: a run prunes the ended runs' plans in a statement of its own, skipping
+    /// rows another shard holds (it never waits on them); whichever run comes next prunes those.
+    @Test func aShardPrunesEndedPlansWithoutWaitingOnAnother() async throws {
         try await RunWorld.with("schedule-prune") { world in
             let store = ReconciliationStore(connection: world.connection)
             func run(_ shard: Shard?, ended: Bool) async throws -> Int64 {

@@ -184,6 +184,13 @@ extension RunWorld {
             #expect(second.revokeRatio?.accounts == 110)
             #expect(try await world.entitlements() == before)
 
+            // The hourly notifications pass between nights leaves the aborted plan for the night:
+            // someone must decide, not a pass within the hour.
+            let (pass, passEnding) = try await world.run(world.options(selection: .reverifyRequested))
+            #expect(passEnding == .completed)
+            #expect(pass.correctionsTakenOver == 0)
+            #expect(pass.accountsProcessed == 0)
+
             // A third night, none of whose accounts is due but for the plan it took over, verifies
             // those accounts again (docs/guarantees.md, "Safety limit") and aborts again.
             let (third, thirdEnding) = try await world.run(world.options())
