@@ -4,20 +4,15 @@
 -- request's holders), a product's accounts (backfill --product), the quarantined notifications a
 -- run lists and the rejected ones it looks at again. Two ledger indexes nothing reads any more
 -- (purchase_date, cancellation_date) cost every ledger write: dropped. Built and dropped
--- CONCURRENTLY, outside a transaction, so that the app server's writes are not held; a build
--- that stopped halfway leaves an invalid index, dropped and built anew here.
-DROP INDEX CONCURRENTLY IF EXISTS iap.transactions_account_idx;
-CREATE INDEX CONCURRENTLY transactions_account_idx ON iap.transactions (account_id);
-DROP INDEX CONCURRENTLY IF EXISTS iap.transactions_product_idx;
-CREATE INDEX CONCURRENTLY transactions_product_idx ON iap.transactions (product_id);
-DROP INDEX CONCURRENTLY IF EXISTS iap.entitlements_product_idx;
-CREATE INDEX CONCURRENTLY entitlements_product_idx ON iap.entitlements (product_id);
-DROP INDEX CONCURRENTLY IF EXISTS iap.notifications_account_idx;
-CREATE INDEX CONCURRENTLY notifications_account_idx ON iap.notifications (account_id, received_at);
-DROP INDEX CONCURRENTLY IF EXISTS iap.notifications_quarantined_idx;
-CREATE INDEX CONCURRENTLY notifications_quarantined_idx ON iap.notifications (quarantined_at, id) WHERE quarantined_at IS NOT NULL;
-DROP INDEX CONCURRENTLY IF EXISTS iap.notifications_rejected_idx;
-CREATE INDEX CONCURRENTLY notifications_rejected_idx ON iap.notifications (rejected_configuration)
+-- CONCURRENTLY, outside a transaction, so that the app server's writes are not held. Each index
+-- an attempt finished stays (IF NOT EXISTS); one a stopped attempt left invalid is dropped by
+-- migrate before the next attempt, which builds it anew.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS transactions_account_idx ON iap.transactions (account_id);
+CREATE INDEX CONCURRENTLY IF NOT EXISTS transactions_product_idx ON iap.transactions (product_id);
+CREATE INDEX CONCURRENTLY IF NOT EXISTS entitlements_product_idx ON iap.entitlements (product_id);
+CREATE INDEX CONCURRENTLY IF NOT EXISTS notifications_account_idx ON iap.notifications (account_id, received_at);
+CREATE INDEX CONCURRENTLY IF NOT EXISTS notifications_quarantined_idx ON iap.notifications (quarantined_at, id) WHERE quarantined_at IS NOT NULL;
+CREATE INDEX CONCURRENTLY IF NOT EXISTS notifications_rejected_idx ON iap.notifications (rejected_configuration)
     WHERE outcome = 'rejected' AND quarantined_at IS NULL;
 DROP INDEX CONCURRENTLY IF EXISTS iap.transactions_purchase_date_idx;
 DROP INDEX CONCURRENTLY IF EXISTS iap.transactions_cancellation_date_idx;

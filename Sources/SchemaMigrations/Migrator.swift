@@ -134,6 +134,7 @@ public struct Migrator: Sendable {
             }
             logger.info("migration.apply", metadata: ["migration.version": "\(migration.version)"])
             if migration.isWithoutTransaction {
+                try await dropInvalidIndexes(connection)
                 for statement in migration.statements { try await connection.executeScript(statement) }
                 try await connection.execute(
                     "INSERT INTO iap.schema_migrations (version, checksum) VALUES (\(migration.version), \(migration.checksum))")
@@ -148,6 +149,24 @@ public struct Migrator: Sendable {
 }
 
 extension Migrator {
+    /// The indexes of schema `iap` a `CREATE INDEX CONCURRENTLY` left invalid when it stopped
+    /// halfway (a killed pod, a lost connection): dropped before a file of such statements is
+    /// applied again, whose `IF NOT EXISTS` then builds them anew and keeps every index an earlier
+    /// attempt finished, so that a migration too long for one attempt still gets done.
+    func dropInvalidIndexes(_ connection: PostgresConnection) async throws {
+        // The statement is PostgreSQL's own format(), the name quoted by %I.
+        let invalid = try await connection.query("""
+            SELECT c.relname, format('DROP INDEX CONCURRENTLY IF EXISTS iap.%I', c.relname) AS drop
+            FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = 'iap' AND NOT i.indisvalid ORDER BY c.relname
+            """)
+        for row in invalid {
+            let name: String = try row.decode("relname")
+            logger.notice("migration.invalid_index_dropped", metadata: ["index": "\(name)"])
+            try await connection.executeScript(try row.decode("drop", as: String.self))
+        }
+    }
+
     /// One migration in its transaction, its statements waiting at most `lockTimeout` for a lock;
     /// one that met a held lock is rolled back whole and tried again, up to `lockAttempts` times.
     func applyInTransaction(_ migration: Migration, _ connection: PostgresConnection) async throws {

@@ -124,6 +124,36 @@ import TestSupport
         try await database.drop()
     }
 
+    /// A file of `IF NOT EXISTS` builds stopped halfway: the index it finished stays as it is (not
+    /// dropped and built again: a big table's index may take an attempt of its own), and the one it
+    /// left invalid is dropped by migrate and built anew.
+    @Test func aStoppedBuildKeepsWhatItFinishedAndRebuildsWhatItLeftInvalid() async throws {
+        let database = try await TestDatabase.create("migrateinvalid")
+        let connection = try await database.connect()
+        try await Migrator(logger: .quiet).migrate(connection)
+        try await connection.executeScript("""
+            CREATE INDEX test_done_idx ON iap.app_receipts (created_at);
+            CREATE INDEX test_left_idx ON iap.app_receipts (updated_at, id);
+            UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'iap.test_left_idx'::regclass;
+            """)
+        let done = try await connection.query("SELECT 'iap.test_done_idx'::regclass::oid::bigint AS oid")[0].decode("oid", as: Int64.self)
+        let sql = """
+            \(Migration.withoutTransactionMark)
+            CREATE INDEX CONCURRENTLY IF NOT EXISTS test_done_idx ON iap.app_receipts (created_at);
+            CREATE INDEX CONCURRENTLY IF NOT EXISTS test_left_idx ON iap.app_receipts (updated_at, id);
+            """
+        #expect(try await Migrator(migrations: Migration.bundled + [Migration(version: "9999_indexes", sql: sql)], logger: .quiet)
+            .migrate(connection) == ["9999_indexes"])
+        let rows = try await connection.query("""
+            SELECT c.relname, c.oid::bigint AS oid, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            WHERE c.relname IN ('test_done_idx', 'test_left_idx') ORDER BY c.relname
+            """)
+        #expect(try rows.map { try $0.decode("indisvalid", as: Bool.self) } == [true, true])
+        #expect(try rows[0].decode("oid", as: Int64.self) == done)
+        await connection.close()
+        try await database.drop()
+    }
+
     /// Every table and column of docs/database.md, with its type and nullability.
     static let contract: [String: [(column: String, type: String, nullable: Bool)]] = [
         "app_receipts": [

@@ -21,6 +21,9 @@ public struct QueryPlans: Sendable {
     }
 
     public var plans: [Plan]
+    /// Entries that said `plan:` but whose document did not parse: a test must see none, or it
+    /// would pass over statements it never read.
+    public var unreadable: Int
 
     /// The plans logged in `log` after byte `offset`. Each log entry starts with its timestamp;
     /// auto_explain's is `... LOG:  duration: ... ms  plan:` followed by the JSON document.
@@ -30,16 +33,21 @@ public struct QueryPlans: Sendable {
         try handle.seek(toOffset: offset)
         let text = String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
         var plans: [Plan] = []
+        var unreadable = 0
         for entry in Self.entries(text) {
-            guard let start = entry.range(of: "plan:")?.upperBound,
-                  let document = try? JSONSerialization.jsonObject(with: Data(entry[start...].utf8)) as? [String: Any],
-                  let plan = document["Plan"] as? [String: Any] else { continue }
+            guard let start = entry.range(of: "plan:")?.upperBound else { continue }
+            guard let document = try? JSONSerialization.jsonObject(with: Data(entry[start...].utf8)) as? [String: Any],
+                  let plan = document["Plan"] as? [String: Any] else {
+                unreadable += 1
+                continue
+            }
             var scans: [Scan] = []
             Self.collect(plan, underLimit: false, into: &scans)
             plans.append(Plan(query: (document["Query Text"] as? String ?? "").split(whereSeparator: \.isWhitespace).joined(separator: " "),
                               scans: scans))
         }
         self.plans = plans
+        self.unreadable = unreadable
     }
 
     /// The scans of `relations` that read the whole table: a sequential scan, or an index read
@@ -87,7 +95,10 @@ public struct QueryPlans: Sendable {
             || (type == "Aggregate" && node["Strategy"] as? String != "Sorted")
         let stopsEarly = type == "Limit" || (underLimit && !takesWhole)
         for child in node["Plans"] as? [[String: Any]] ?? [] {
-            collect(child, underLimit: stopsEarly, into: &scans)
+            // A subplan runs whole each time it is called, and a nested loop's inner side once for
+            // every outer row: no Limit above stops them early.
+            let runsWhole = ["SubPlan", "InitPlan", "Inner"].contains(child["Parent Relationship"] as? String ?? "")
+            collect(child, underLimit: stopsEarly && !runsWhole, into: &scans)
         }
     }
 }
