@@ -13,18 +13,8 @@
 # Extra arguments go to `receipt-reconciler answer-consumption-requests` (e.g. --dry-run).
 set -euo pipefail
 
-env_file=${RECEIPT_RECONCILER_ENV:-/etc/receipt-reconciler.env}
-bin=${RECEIPT_RECONCILER_BIN:-receipt-reconciler}
-data=${RECEIPT_RECONCILER_DATA:-/var/lib/receipt-reconciler}
-
-if [ ! -r "$env_file" ]; then
-    echo "answer-consumption-requests: cannot read the environment file $env_file" >&2
-    exit 2
-fi
-set -a
-# shellcheck source=/dev/null
-source "$env_file"
-set +a
+# The environment file, `bin` and `data`.
+source "$(dirname "$0")/environment.sh"
 
 mkdir -p "$data/metrics"
 exec "$bin" answer-consumption-requests \

@@ -10,18 +10,8 @@
 # Extra arguments go to `receipt-reconciler backfill` (e.g. --dry-run).
 set -euo pipefail
 
-env_file=${RECEIPT_RECONCILER_ENV:-/etc/receipt-reconciler.env}
-bin=${RECEIPT_RECONCILER_BIN:-receipt-reconciler}
-data=${RECEIPT_RECONCILER_DATA:-/var/lib/receipt-reconciler}
-
-if [ ! -r "$env_file" ]; then
-    echo "process-notifications: cannot read the environment file $env_file" >&2
-    exit 2
-fi
-set -a
-# shellcheck source=/dev/null
-source "$env_file"
-set +a
+# The environment file, `bin` and `data`.
+source "$(dirname "$0")/environment.sh"
 
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
 mkdir -p "$data/reports/notifications" "$data/metrics"
