@@ -102,7 +102,7 @@ struct BackfillCommand: AsyncParsableCommand {
     @Flag(help: "Every account.")
     var all = false
 
-    @Flag(help: "Process the stored server notifications, then verify just the accounts they made due. While another run holds the lock (a night), notes it and exits 0: the next pass takes them.")
+    @Flag(help: "Process the stored server notifications, then verify just the accounts they made due.")
     var notificationsOnly = false
 
     @Flag(help: ArgumentHelp(
@@ -142,7 +142,7 @@ struct BackfillCommand: AsyncParsableCommand {
             options.readsNotificationHistory = notificationsAlone
             options.retriesQuarantined = retryQuarantined
             options.retriesRejected = retryRejected
-            try await executeRun(options, common: run, database: database, logger: logger, lockHeldWaitsForTheNextPass: notificationsOnly)
+            try await executeRun(options, common: run, database: database, logger: logger)
         }
     }
 }
@@ -166,8 +166,7 @@ func disableCoreDumps() {
 }
 
 /// Connects, runs, reports, and maps the ending to its exit status (docs/operating.md, "Exit status").
-func executeRun(_ options: RunOptions, common: RunCommandOptions, database: DatabaseOptions, logger: Logger,
-                lockHeldWaitsForTheNextPass: Bool = false) async throws {
+func executeRun(_ options: RunOptions, common: RunCommandOptions, database: DatabaseOptions, logger: Logger) async throws {
     // From here on SIGTERM and SIGINT ask the run to stop; before, they end the process, which is
     // safe: nothing was written yet.
     let stopSignals = StopSignals.stream()
@@ -230,13 +229,6 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     } catch let refused as FirstNightRefused {
         logger.error("run.first_night_refused", metadata: ["error": "\(refused)"])
         throw ExitStatus.configuration
-    } catch is RunLocked where lockHeldWaitsForTheNextPass {
-        // The hourly notifications pass while a night still runs (docs/operating.md, "Sizing"):
-        // nothing is lost, the next pass takes the notifications; a failure here would be noise.
-        logger.notice("run.lock_held", metadata: [
-            "why": "another run holds the lock on this database (a night longer than its window?): the next pass takes the notifications",
-        ])
-        return
     } catch is RunLocked {
         logger.error("run.locked", metadata: ["error": "another run holds the lock on this database; try again when it ends"])
         throw ExitStatus.locked
