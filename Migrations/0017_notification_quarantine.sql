@@ -1,3 +1,4 @@
+-- migrate: formerly ac8cf22bdcbbfd5e
 -- Poison rows (contract section 11): a stored notification whose processing was started and never
 -- finished three times in a row (the process died: a trap, an out-of-memory kill) is set aside with
 -- its reason, skipped by later runs until `backfill --retry-quarantined` releases it. A run counts
@@ -8,6 +9,6 @@ ALTER TABLE iap.notifications
     ADD COLUMN quarantined_at    timestamptz,
     ADD COLUMN quarantine_reason text;
 
+-- The unprocessed ones, less the quarantined: built again by 0037, concurrently (docs/database.md,
+-- "Migrations on a big database").
 DROP INDEX iap.notifications_unprocessed_idx;
-CREATE INDEX notifications_unprocessed_idx ON iap.notifications (received_at, id)
-    WHERE processed_at IS NULL AND quarantined_at IS NULL;

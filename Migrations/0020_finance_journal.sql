@@ -1,3 +1,4 @@
+-- migrate: formerly d8b6bc01932f1119
 -- The finance journal (issue 42; docs/reports.md, "The finance journal"): money as it moved,
 -- one row per event, appended in the transaction of the ledger change that revealed it and never
 -- changed or deleted afterwards, so a month finance closed stays closed and any export can be
@@ -169,5 +170,7 @@ BEGIN
     RETURN recorded;
 END $$;
 
--- The ledger's existing events, recorded at this migration's time.
-SELECT iap.record_finance_events(array_agg(transaction_id)) FROM iap.transactions;
+-- The ledger's existing events are recorded by migrate once every file is applied, ten thousand
+-- ledger rows a transaction (0037; docs/database.md, "Migrations on a big database"): one call
+-- over the whole ledger here passed PostgreSQL's 1 GB array limit near 50 million rows and wrote
+-- the whole journal in one transaction.

@@ -1,3 +1,4 @@
+-- migrate: formerly e37fa9ac8b995fae
 -- Answering Apple's CONSUMPTION_REQUEST (issue 43; docs/consumption.md): what the app declares
 -- (the customer's consent, and optionally usage per transaction), and a record of every request
 -- and of the answer given, written before anything is sent.
@@ -58,6 +59,5 @@ CREATE INDEX consumption_answers_account_idx ON iap.consumption_answers (account
 
 -- When answer-consumption-requests verified a stored V2 notification and decided whether it is a
 -- request: each one is verified once for this, not every quarter of an hour.
+-- Its index is built by 0037, concurrently (docs/database.md, "Migrations on a big database").
 ALTER TABLE iap.notifications ADD COLUMN consumption_examined_at timestamptz;
-CREATE INDEX notifications_consumption_due_idx ON iap.notifications (received_at)
-    WHERE consumption_examined_at IS NULL AND notification_uuid IS NOT NULL;

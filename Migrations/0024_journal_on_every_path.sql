@@ -1,3 +1,4 @@
+-- migrate: formerly 06f96eebcd78e105
 -- The finance journal right on every path (docs/reports.md, "Right on every path"): its rules
 -- move from the SQL of 0020 into the program (Reconciliation's JournalRules, a pure function
 -- tested in-process), so that whichever of Apple's sources spoke first and in whatever order, a
@@ -8,19 +9,21 @@
 -- nothing; NULL where only stored, undated words (v1 notifications) spoke.
 ALTER TABLE iap.transactions ADD COLUMN apple_as_of timestamptz;
 
--- Better terms later are adjustments: the difference, at the corrected event's time.
+-- Better terms later are adjustments: the difference, at the corrected event's time. The checks
+-- are validated, and the sale key's index built, by 0037 (docs/database.md, "Migrations on a big
+-- database").
 ALTER TABLE iap.finance_journal DROP CONSTRAINT finance_journal_event_check;
 ALTER TABLE iap.finance_journal
     ADD CONSTRAINT finance_journal_event_check
-        CHECK (event IN ('purchase', 'renewal', 'refund', 'refund_reversal', 'adjustment')),
+        CHECK (event IN ('purchase', 'renewal', 'refund', 'refund_reversal', 'adjustment')) NOT VALID,
     -- The event an adjustment corrects; NULL on every other event.
-    ADD COLUMN adjusts text CHECK (adjusts IN ('purchase', 'renewal', 'refund', 'refund_reversal')),
+    ADD COLUMN adjusts text,
+    ADD CONSTRAINT finance_journal_adjusts_check CHECK (adjusts IN ('purchase', 'renewal', 'refund', 'refund_reversal')) NOT VALID,
     -- The purchase an event belongs to (JournalRules.saleKey): a subscription's web order line item,
     -- a non-consumable's original transaction, else the transaction. NULL on rows recorded before
     -- this migration, which are found by their transaction id.
     ADD COLUMN sale_key text,
-    ADD CONSTRAINT finance_journal_adjustment_names_its_event CHECK ((event = 'adjustment') = (adjusts IS NOT NULL));
-CREATE INDEX finance_journal_sale_key_idx ON iap.finance_journal (sale_key) WHERE sale_key IS NOT NULL;
+    ADD CONSTRAINT finance_journal_adjustment_names_its_event CHECK ((event = 'adjustment') = (adjusts IS NOT NULL)) NOT VALID;
 
 -- The program records every event now, under the same advisory key (FinanceLedger.recordingKey).
 DROP FUNCTION iap.record_finance_events(text[]);

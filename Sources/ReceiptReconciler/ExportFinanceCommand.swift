@@ -116,7 +116,13 @@ struct ExportFinanceCommand: AsyncParsableCommand {
     private func exportTime(_ connection: PostgresConnection) async throws -> Date {
         let recorded = try await FinanceLedger.recordedUntilNow(connection: connection)
         // A text that is not a time was refused by `validate()`, which ran first.
-        guard let given = asOf.flatMap(CommandLineTime.parse) else { return recorded }
+        let given = asOf.flatMap(CommandLineTime.parse)
+        if let first = try await JournalFirstRecording.unfinished(connection: connection), (given ?? recorded) >= first.queuedAt {
+            throw ConfigurationError(
+                "the finance journal's first recording, queued by migrate at \(Timestamp.format(first.queuedAt)), is not finished "
+                + "(\(first.done) ledger rows recorded): an export now would lack the rest; run 'receipt-reconciler migrate' to finish it")
+        }
+        guard let given else { return recorded }
         guard given <= recorded else {
             throw ConfigurationError(
                 "--as-of \(Timestamp.format(given)) is later than the journal's last recorded moment, \(Timestamp.format(recorded)): "

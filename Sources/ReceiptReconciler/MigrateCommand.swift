@@ -10,7 +10,9 @@ struct MigrateCommand: AsyncParsableCommand {
         discussion: """
             Each migration runs in its own transaction and is recorded in iap.schema_migrations. \
             Safe to run again, and from several processes at once (they wait on an advisory lock). \
-            A migration changed after it was applied is refused.
+            A migration changed after it was applied is refused. Heavy data changes come after the files, in \
+            transactions of ten thousand rows (the finance journal's first recording over an older ledger); a migrate \
+            stopped halfway resumes them. See docs/database.md, "Migrations on a big database".
             """
     )
 
@@ -27,6 +29,12 @@ struct MigrateCommand: AsyncParsableCommand {
             } catch let failure as Migrator.Failure {
                 // Exit 2: a newer schema (an image rolled back) or an edited migration; retrying mends neither.
                 throw ConfigurationError("\(failure). Migrations only go forward: run this database with a build at least as new as its schema")
+            }
+            // The journal's first recording over a ledger older than it (Migrations/0037), in
+            // transactions of ten thousand ledger rows: stopped, the next migrate resumes it.
+            let first = try await JournalFirstRecording.resume(connection: connection, logger: logger)
+            if first.rows > 0 {
+                print("Recorded \(first.events) finance journal event(s) over \(first.rows) ledger row(s): the journal's first recording.")
             }
             // Adjustments a migration found owed (Migrations/0024: signed terms learned after the
             // catalog's were journaled) are recorded now, by the journal's own rules.

@@ -188,6 +188,12 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
         lock: try await PostgresConnection.connect(connectionString),
         reader: try await PostgresConnection.connect(connectionString),
         writer: try await PostgresConnection.connect(connectionString))
+    if let first = try await sessions.reader.journalFirstRecordingUnfinished() {
+        // The run records its own rows' events; the rest wait for migrate, and exports refuse until then.
+        logger.warning("journal.first_recording_unfinished", metadata: [
+            "ledger.rows": .stringConvertible(first.done), "hint": "run 'receipt-reconciler migrate' to finish the finance journal's first recording",
+        ])
+    }
     // One gateway to Apple: both clients share its connections, limits, stop switch and budget.
     let gateway = AppleGateway(concurrency: options.concurrency, requestsPerSecond: options.requestsPerSecond, budget: options.apiBudget())
     defer { gateway.shutdown() }

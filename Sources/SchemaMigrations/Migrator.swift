@@ -22,6 +22,19 @@ public struct Migration: Sendable, Equatable {
     /// would hold locked against its writes for the whole build.
     public static let withoutTransactionMark = "-- migrate: without a transaction"
 
+    /// A line naming the checksum of an earlier text of this file (`-- migrate: formerly <checksum>`),
+    /// which a database that applied that text keeps: a statement too heavy for a big database
+    /// moved out to a later file that a database holding its effect passes over (`IF NOT EXISTS`).
+    /// Such a rewrite must leave the schema as the earlier text left it once every later file ran.
+    public static let formerlyMark = "-- migrate: formerly "
+
+    /// The checksums of this file's earlier texts (`formerlyMark`).
+    public var formerChecksums: Set<String> {
+        Set(sql.split(separator: "\n").compactMap { line in
+            line.hasPrefix(Self.formerlyMark) ? String(line.dropFirst(Self.formerlyMark.count)).trimmingCharacters(in: .whitespaces) : nil
+        })
+    }
+
     /// Applied statement by statement, each on its own (see `withoutTransactionMark`). Such a file
     /// must be safe to apply again from its start: it is recorded only once every statement ran.
     public var isWithoutTransaction: Bool { sql.hasPrefix(Self.withoutTransactionMark) }
@@ -127,7 +140,7 @@ public struct Migrator: Sendable {
         var applied: [String] = []
         for migration in migrations.sorted(by: { $0.version < $1.version }) {
             if let checksum = recorded[migration.version] {
-                guard checksum == migration.checksum else {
+                guard checksum == migration.checksum || migration.formerChecksums.contains(checksum) else {
                     throw Failure(description: "migration \(migration.version) was changed after it was applied; add a new migration instead")
                 }
                 continue

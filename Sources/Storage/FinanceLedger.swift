@@ -38,35 +38,76 @@ public enum FinanceLedger {
     /// Events whose time (`by`) is in `[from, to)` and that were recorded at or before `asOf`.
     /// By event: ordered by event time, then transaction id, then event, then occurrence; by
     /// recorded: by recorded time first, then the same. Returns how many.
+    ///
+    /// Read in pages of `pageSize`, each a statement of its own after the last row of the one
+    /// before, not in one transaction: a year of a big app's journal is tens of millions of rows,
+    /// and a transaction open for the hours its export takes would hold back every vacuum. The
+    /// pages are one consistent list all the same: the journal is append-only, and no event
+    /// recorded at or before `asOf` can commit after it (`recordedUntilNow`).
     public static func forEachEvent(
         connection: PostgresConnection, by basis: PeriodBasis, from: Date, to: Date, includeSandbox: Bool, asOf: Date,
-        _ body: (FinanceEvent) throws -> Void
+        pageSize: Int = 5_000, _ body: (FinanceEvent) throws -> Void
     ) async throws -> Int {
-        // Two texts, so that each range is an index's (Migrations/0020 and 0025) and the rows stream in its order.
-        let query: PostgresQuery = switch basis {
-        case .event: """
-            SELECT * FROM iap.finance_journal
+        // The last row's key, its times as PostgreSQL writes them: to the microsecond, which a
+        // `Date` may not carry exactly.
+        var last: (recordedAt: String, eventTime: String, transactionId: String, event: String, occurrence: Int)?
+        var rows = 0
+        while true {
+            let page = try await connection.query(pageQuery(basis, from: from, to: to, includeSandbox: includeSandbox, asOf: asOf,
+                                                            after: last, pageSize: pageSize))
+            for row in page {
+                try body(try event(row))
+                rows += 1
+            }
+            guard page.count == pageSize, let row = page.last else { return rows }
+            last = (try row.decode("page_recorded_at"), try row.decode("page_event_time"), try row.decode("transaction_id"),
+                    try row.decode("event"), try row.decode("occurrence"))
+        }
+    }
+
+    /// One page: a text for each order, and for the first page and the pages after, so that each
+    /// is a range of the index that holds its whole order (Migrations/0037), read in that order
+    /// with no sort. (An `IS NULL OR` over the last key would be planned as a read of the period:
+    /// a time bound as text is cast when the page runs, not when it is planned.)
+    static func pageQuery(
+        _ basis: PeriodBasis, from: Date, to: Date, includeSandbox: Bool, asOf: Date,
+        after last: (recordedAt: String, eventTime: String, transactionId: String, event: String, occurrence: Int)?, pageSize: Int
+    ) -> PostgresQuery {
+        switch (basis, last) {
+        case (.event, nil): """
+            SELECT *, recorded_at::text AS page_recorded_at, event_time::text AS page_event_time FROM iap.finance_journal
             WHERE event_time >= \(from) AND event_time < \(to) AND recorded_at <= \(asOf)
               AND (\(includeSandbox) OR environment IS DISTINCT FROM 'Sandbox')
             ORDER BY event_time, transaction_id, event, occurrence
+            LIMIT \(pageSize)
             """
-        case .recorded: """
-            SELECT * FROM iap.finance_journal
+        case (.event, let last?): """
+            SELECT *, recorded_at::text AS page_recorded_at, event_time::text AS page_event_time FROM iap.finance_journal
+            WHERE event_time >= \(from) AND event_time < \(to) AND recorded_at <= \(asOf)
+              AND (\(includeSandbox) OR environment IS DISTINCT FROM 'Sandbox')
+              AND (event_time, transaction_id, event, occurrence)
+                  > (\(last.eventTime)::timestamptz, \(last.transactionId)::text, \(last.event)::text, \(last.occurrence)::integer)
+            ORDER BY event_time, transaction_id, event, occurrence
+            LIMIT \(pageSize)
+            """
+        case (.recorded, nil): """
+            SELECT *, recorded_at::text AS page_recorded_at, event_time::text AS page_event_time FROM iap.finance_journal
             WHERE recorded_at >= \(from) AND recorded_at < \(to) AND recorded_at <= \(asOf)
               AND (\(includeSandbox) OR environment IS DISTINCT FROM 'Sandbox')
             ORDER BY recorded_at, event_time, transaction_id, event, occurrence
+            LIMIT \(pageSize)
+            """
+        case (.recorded, let last?): """
+            SELECT *, recorded_at::text AS page_recorded_at, event_time::text AS page_event_time FROM iap.finance_journal
+            WHERE recorded_at >= \(from) AND recorded_at < \(to) AND recorded_at <= \(asOf)
+              AND (\(includeSandbox) OR environment IS DISTINCT FROM 'Sandbox')
+              AND (recorded_at, event_time, transaction_id, event, occurrence)
+                  > (\(last.recordedAt)::timestamptz, \(last.eventTime)::timestamptz, \(last.transactionId)::text, \(last.event)::text,
+                     \(last.occurrence)::integer)
+            ORDER BY recorded_at, event_time, transaction_id, event, occurrence
+            LIMIT \(pageSize)
             """
         }
-        var rows = 0
-        try await connection.withCursor(query, fetchSize: 5_000) { cursor in
-            for try await batch in cursor {
-                for row in batch {
-                    try body(try event(row))
-                    rows += 1
-                }
-            }
-        }
-        return rows
     }
 
     /// An account's money events, in the order they happened (`explain`).

@@ -1,4 +1,5 @@
 import Foundation
+import CivilCalendar
 import Postgres
 import Testing
 import TestSupport

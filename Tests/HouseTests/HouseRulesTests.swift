@@ -27,7 +27,9 @@ import TestSupport
             #expect(!outside.contains(where: text.contains), "\(path) points outside the repository")
             let cited = text.replacing("\n-- ", with: " ").matches(of: /[Cc]ontract\s+sections?\s+(\d+)(?:\s+and\s+(\d+))?/)
             guard !cited.isEmpty, path != "docs/database.md" else { continue }
-            #expect(path.hasPrefix("Migrations/"), "\(path) cites the design document: cite the docs page that states the rule")
+            // Migrations' earlier texts are kept byte for byte (RewrittenMigrationTests).
+            #expect(path.hasPrefix("Migrations/") || path.hasPrefix("Tests/PostgresTests/FormerMigrations/"),
+                    "\(path) cites the design document: cite the docs page that states the rule")
             for match in cited {
                 for number in [match.output.1, match.output.2].compactMap({ $0 }) {
                     #expect(mapping.contains("| \(number) | "), "\(path) cites section \(number), which docs/database.md does not map")

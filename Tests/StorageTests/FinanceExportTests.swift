@@ -111,13 +111,44 @@ import TestSupport
 
     /// What a period of the journal lists, as `event transaction_id`, in the export's order.
     static func listed(
-        _ connection: PostgresConnection, by basis: FinanceLedger.PeriodBasis, from: String, to: String, asOf: String = "2027-01-01T00:00:00Z"
+        _ connection: PostgresConnection, by basis: FinanceLedger.PeriodBasis, from: String, to: String, asOf: String = "2027-01-01T00:00:00Z",
+        pageSize: Int = 5_000
     ) async throws -> [String] {
         var listed: [String] = []
         _ = try await FinanceLedger.forEachEvent(
             connection: connection, by: basis, from: try #require(Timestamp.parse(from)), to: try #require(Timestamp.parse(to)),
-            includeSandbox: false, asOf: try #require(Timestamp.parse(asOf))) { listed.append("\($0.kind.rawValue) \($0.transactionId)") }
+            includeSandbox: false, asOf: try #require(Timestamp.parse(asOf)), pageSize: pageSize) { listed.append("\($0.kind.rawValue) \($0.transactionId)") }
         return listed
+    }
+
+    /// An export is read in pages, each after the last row of the one before: pages of any size
+    /// list every event once, in the order of one page, through ties of time to the microsecond,
+    /// of transaction, and of event (a second refund after a reversal).
+    @Test func pagesOfAnySizeListEveryEventOnceInOrder() async throws {
+        let database = try await TestDatabase.create("financepages")
+        let connection = try await database.connect()
+        try await Migrator(logger: .quiet).migrate(connection)
+        try await connection.execute("""
+            INSERT INTO iap.finance_journal (event, occurrence, event_time, recorded_at, account_id, product_id, product_type, transaction_id, amount_source)
+            SELECT e.event, e.occurrence, timestamptz '2026-11-03 10:00Z' + (i % 4) * interval '0.000001 second',
+                   timestamptz '2026-11-20 02:00Z' + (i % 3) * interval '0.000001 second', 'ana', 'coins.100', 'consumable', 't' || (i % 9), 'signed'
+            FROM generate_series(0, 35) i,
+                 LATERAL (VALUES ('purchase', 1), ('refund', 1), ('refund_reversal', 1), ('refund', 2)) AS e(event, occurrence)
+            WHERE i < 9 OR e.event <> 'purchase'
+            ON CONFLICT DO NOTHING
+            """)
+        let whole = ("2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z")
+        for basis in FinanceLedger.PeriodBasis.allCases {
+            let one = try await Self.listed(connection, by: basis, from: whole.0, to: whole.1)
+            #expect(one.count == 36)
+            // Each transaction's four events, a second refund among them, once each.
+            #expect(Dictionary(grouping: one) { $0.split(separator: " ")[1] }.values.allSatisfy { $0.count == 4 })
+            for size in [1, 2, 5, 35, 36, 37] {
+                #expect(try await Self.listed(connection, by: basis, from: whole.0, to: whole.1, pageSize: size) == one, "\(basis) pages of \(size)")
+            }
+        }
+        await connection.close()
+        try await database.drop()
     }
 
     /// By recorded is by `recorded_at`: ana's refund of 2026-11-28, learned on 2026-12-03, is in

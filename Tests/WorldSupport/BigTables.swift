@@ -33,10 +33,13 @@ enum BigTables {
             FROM generate_series(1, \(2 * accounts)) g;
             INSERT INTO iap.finance_journal (event, event_time, recorded_at, account_id, product_id, product_type, transaction_id,
                                              original_transaction_id, amount_source, price_milliunits, currency, amount_milliunits, environment)
-            SELECT CASE k WHEN 3 THEN 'purchase' ELSE 'renewal' END, now() - (k || ' months')::interval, now() - (k || ' months')::interval,
+            SELECT CASE k WHEN 3 THEN 'purchase' ELSE 'renewal' END, t, t,
                    'bulk-' || lpad(g::text, 8, '0'), 'bulk.monthly', 'auto_renewable', '8' || g || '0' || k, '9' || g, 'signed', 4990,
                    'USD', 4990, 'Production'
-            FROM generate_series(1, \(accounts)) g, generate_series(1, 3) k;
+            FROM generate_series(1, \(accounts)) g, generate_series(1, 3) k,
+                 LATERAL (SELECT now() - (k || ' months')::interval + (g || ' seconds')::interval AS t) d
+            -- Appended as the money moved, as a journal is: its physical order is its time's.
+            ORDER BY t;
             ANALYZE;
             """)
     }

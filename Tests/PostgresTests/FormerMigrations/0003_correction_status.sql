@@ -1,0 +1,14 @@
+-- A run first plans its corrections, checks the safety limits, then applies them. The status
+-- says where each correction is: planned (not applied yet, or kept for review after an abort or
+-- in a dry run), applied, or superseded (the entitlement changed after planning; not applied).
+ALTER TABLE iap.corrections
+    ADD COLUMN status text NOT NULL DEFAULT 'planned' CHECK (status IN ('planned', 'applied', 'superseded'));
+CREATE INDEX corrections_planned_idx ON iap.corrections (run_id, id) WHERE status = 'planned';
+
+-- The run's shard ("K/N"), revoke counts for the safety limit, and the crashed runs whose planned
+-- corrections it took over.
+ALTER TABLE iap.reconciliation_runs
+    ADD COLUMN shard text,
+    ADD COLUMN accounts_revoked integer NOT NULL DEFAULT 0,
+    ADD COLUMN held_revokes integer NOT NULL DEFAULT 0,
+    ADD COLUMN adopted_from bigint[] NOT NULL DEFAULT '{}';
