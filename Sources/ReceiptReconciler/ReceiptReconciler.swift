@@ -16,7 +16,7 @@ struct ReceiptReconciler: AsyncParsableCommand {
             """,
         subcommands: [
             MigrateCommand.self, RunCommand.self, BackfillCommand.self, ExportFinanceCommand.self, ReportCommand.self,
-            IngestNotificationsCommand.self, AnswerConsumptionRequestsCommand.self, ExplainCommand.self, CorrectionsCommand.self, RunsCommand.self, InspectCommand.self, SimulateAppleCommand.self,
+            IngestNotificationsCommand.self, AnswerConsumptionRequestsCommand.self, ExplainCommand.self, CorrectionsCommand.self, RunsCommand.self, PruneCommand.self, InspectCommand.self, SimulateAppleCommand.self,
             SeedDemoCommand.self,
         ]
     )

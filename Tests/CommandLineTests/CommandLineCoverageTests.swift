@@ -20,10 +20,11 @@ import TestSupport
         "--apple-root-certificate": ["inspectUsesTheRunsConfiguration", "aNotificationThatKillsThreeRunsInARowIsQuarantinedByTheFourth"],
         "--as-of": ["explainAsOfDecidesAtThatTime", "anExportIsReproducedByteForByteAsOfItsTime"],
         "--by": ["byRecordedListsWhatWasLearnedSinceTheCloseWhateverItsPeriod"],
+        "--before": ["pruneDeletesOnlyWhatNothingNeedsAndCountsItFirst"],
         "--batch-size": ["theProgressIntervalIsHowOftenAProgressLineIsWritten"],
         "--bundle-id": ["inspectJSONNamesEachCheckAndExitsOneWhenOneFails"],
         "--database-url": ["theDatabaseURLFlagStandsInForTheVariableAndWins"],
-        "--dry-run": ["aDryRunPrintsThePlanFirst", "aDryRunPrintsTheBodiesAndSendsAndRecordsNothing"],
+        "--dry-run": ["aDryRunPrintsThePlanFirst", "aDryRunPrintsTheBodiesAndSendsAndRecordsNothing", "pruneDeletesOnlyWhatNothingNeedsAndCountsItFirst"],
         "--refund-preference": ["theBodyOfEachKindOfProduct"],
         "--sample-content": ["sampleContentAndLookBackAreTheOperators"],
         "--look-back": ["sampleContentAndLookBackAreTheOperators"],
@@ -100,7 +101,7 @@ import TestSupport
 
     /// The commands a user runs; `simulate-apple` and `seed-demo` are the demo's and the tests' tools.
     static let userCommands = [["run"], ["backfill"], ["migrate"], ["export-finance"], ["report"], ["ingest-notifications"],
-                               ["explain"], ["inspect"], ["corrections"], ["runs"], ["answer-consumption-requests"]]
+                               ["explain"], ["inspect"], ["corrections"], ["runs"], ["answer-consumption-requests"], ["prune"]]
     static let toolCommands = [["simulate-apple", "serve"], ["simulate-apple", "sign-notifications"], ["seed-demo"]]
 
     static func options(of command: [String]) async throws -> Set<String> {
