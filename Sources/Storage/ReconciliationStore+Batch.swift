@@ -189,7 +189,9 @@ extension ReconciliationStore {
                 \(PostgresArray(signed.map { $0?.storefront }))::text[],
                 \(PostgresArray(signed.map { $0?.appTransactionId }))::text[],
                 \(PostgresArray(signed.map { $0?.rawProductType }))::text[],
-                \(PostgresArray(unique.map(\.asOf)))::timestamptz[])
+                -- A word that tells of a cancellation is at least as late as it, a new row's too
+                -- (an undated v1 REFUND the first word): as the update below keeps it.
+                \(PostgresArray(unique.map { entry in [entry.asOf, entry.transaction.cancellationDate].compactMap { $0 }.max() }))::timestamptz[])
             ON CONFLICT (transaction_id) DO UPDATE SET
                 -- The terms the journal reads, and whether this write changed them (returned below: the
                 -- journal looks again at a row updated only when its money may have moved; PostgreSQL 15

@@ -286,4 +286,37 @@ import TestSupport
         await connection.close()
         try await database.drop()
     }
+
+    /// Found by the property above (seed 687820082241270864): a consumable's refund told first by
+    /// a v1 REFUND (undated; its row new), then its purchase's V2 notification, signed before the
+    /// refund, read late. The v1 word is at least as late as the refund it tells of, on the new
+    /// row as on an existing one; the older signed word keeps the refund (it prices the sale in
+    /// JPY), and no reversal is made of it.
+    @Test func aV1RefundFirstThenAnOlderSignedWordKeepsTheRefund() async throws {
+        let database = try await TestDatabase.create("journal-v1-first")
+        let connection = try await database.connect()
+        try await Migrator(logger: .quiet).migrate(connection)
+        try await connection.execute("INSERT INTO iap.products (product_id, type, price, currency) VALUES ('coins', 'consumable', 4.99, 'USD')")
+        let purchase: Int64 = 1_780_170_000_000
+        let sale = Sale(kind: .consumable, account: "a17", product: "coins", copies: ["w17p0"], original: "w17p0", line: nil,
+                        paid: 47_750, currency: "JPY", offer: nil, purchase: purchase, refund: (at: purchase + 100_000, prorated: 29_440),
+                        reversal: purchase + 200_000)
+        for (source, time, event) in [(Source.notificationV1, purchase + 182_831, purchase + 100_000),
+                                      (.notificationV1, purchase + 191_421, purchase), (.notificationV2, purchase + 240_304, purchase)] {
+            let entries = try Self.entries(sale, source: source, time: time, event: event, copy: "w17p0")
+            try await connection.withTransaction { try await ReconciliationStore(connection: $0).upsertLedger(entries) }
+        }
+        let events = try await connection.query("SELECT event, amount_milliunits, currency FROM iap.finance_journal ORDER BY id").map {
+            "\(try $0.decode("event", as: String.self)) \(try $0.decode("amount_milliunits", as: Int64.self)) \(try $0.decode("currency", as: String.self))"
+        }
+        // The purchase at the catalog's price first (nothing signed yet) with its refund, then the
+        // signed price's adjustments: the net is nothing, in JPY and in USD.
+        #expect(!events.contains { $0.hasPrefix("refund_reversal") }, "\(events)")
+        let net = try await connection.query("""
+            SELECT currency, sum(amount_milliunits)::bigint AS net FROM iap.finance_journal GROUP BY currency HAVING sum(amount_milliunits) <> 0
+            """)
+        #expect(net.isEmpty, "\(events)")
+        await connection.close()
+        try await database.drop()
+    }
 }
