@@ -170,7 +170,7 @@ BEGIN
     RETURN recorded;
 END $$;
 
--- The ledger's existing events are recorded by migrate once every file is applied, ten thousand
+-- The ledger's existing events are recorded by migrate once every file is applied, a thousand
 -- ledger rows a transaction (0037; docs/database.md, "Migrations on a big database"): one call
 -- over the whole ledger here passed PostgreSQL's 1 GB array limit near 50 million rows and wrote
 -- the whole journal in one transaction.

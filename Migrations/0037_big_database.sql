@@ -2,8 +2,9 @@
 -- Migrations on a big database (docs/database.md, "Migrations on a big database"): what earlier
 -- files did in one transaction, holding a table the app server writes all day while reading all
 -- of it, done here without holding it. 0003, 0004, 0010, 0017, 0020, 0021, 0024 and 0025 were
--- rewritten to leave it here; a database that applied their earlier texts already has all of it,
--- and each statement below then does nothing.
+-- rewritten to leave it here; a database that applied their earlier texts already has it, and
+-- those statements do nothing there. The indexes of the export's pages and of prune are new to
+-- every database.
 
 -- Heavy data changes `migrate` makes after the files, in short transactions, resumable: where the
 -- last transaction stopped (after_key), what it did so far, when it finished.
@@ -41,6 +42,9 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS notifications_unprocessed_idx ON iap.not
     WHERE processed_at IS NULL AND quarantined_at IS NULL;
 CREATE INDEX CONCURRENTLY IF NOT EXISTS notifications_consumption_due_idx ON iap.notifications (received_at)
     WHERE consumption_examined_at IS NULL AND notification_uuid IS NOT NULL;
+-- A notification's answer, found by the notification: what deleting a notification checks
+-- (prune, docs/operating.md, "Retention"), which without it reads every answer for each one.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS consumption_answers_notification_idx ON iap.consumption_answers (notification_id);
 CREATE INDEX CONCURRENTLY IF NOT EXISTS finance_journal_sale_key_idx ON iap.finance_journal (sale_key) WHERE sale_key IS NOT NULL;
 -- An export reads its period a page at a time, each page after the last row of the one before
 -- (docs/reports.md, "The finance journal"): the indexes hold the export's whole order, so that a

@@ -11,7 +11,7 @@ struct MigrateCommand: AsyncParsableCommand {
             Each migration runs in its own transaction and is recorded in iap.schema_migrations. \
             Safe to run again, and from several processes at once (they wait on an advisory lock). \
             A migration changed after it was applied is refused. Heavy data changes come after the files, in \
-            transactions of ten thousand rows (the finance journal's first recording over an older ledger); a migrate \
+            short transactions (the finance journal's first recording over an older ledger, a thousand rows each); a migrate \
             stopped halfway resumes them. See docs/database.md, "Migrations on a big database".
             """
     )
@@ -31,7 +31,7 @@ struct MigrateCommand: AsyncParsableCommand {
                 throw ConfigurationError("\(failure). Migrations only go forward: run this database with a build at least as new as its schema")
             }
             // The journal's first recording over a ledger older than it (Migrations/0037), in
-            // transactions of ten thousand ledger rows: stopped, the next migrate resumes it.
+            // transactions of a thousand ledger rows: stopped, the next migrate resumes it.
             let first = try await JournalFirstRecording.resume(connection: connection, logger: logger)
             if first.rows > 0 {
                 print("Recorded \(first.events) finance journal event(s) over \(first.rows) ledger row(s): the journal's first recording.")

@@ -14,23 +14,43 @@ public enum FinanceJournal {
     /// they commit (an export takes it exclusively to fix its "as of"), and each sale's own key
     /// exclusively, taken in order: two writers of one sale (a restored copy on another shard)
     /// take turns, and the second sees what the first recorded.
+    ///
+    /// Rows written by others (the backlog, the first recording) are read again once their sales'
+    /// locks are held: a writer of one of these sales that committed while this waited is then
+    /// seen whole, its ledger change beside its events. Read only before, its refund would look
+    /// like one the ledger no longer shows, and be reversed. `recordedAt` stamps the events
+    /// instead of the clock (the first recording's one time).
     @discardableResult
-    static func record(_ transactionIds: [String], connection: PostgresConnection) async throws -> Int {
+    static func record(_ transactionIds: [String], recordedAt: Date? = nil, connection: PostgresConnection) async throws -> Int {
         guard !transactionIds.isEmpty else { return 0 }
-        return try await record(rows: try await ledgerRows(transactionIds, connection: connection), connection: connection)
+        return try await record(
+            rows: try await ledgerRows(transactionIds, connection: connection), readAgainWhenLocked: true, recordedAt: recordedAt,
+            connection: connection)
     }
 
-    /// `record` of rows already read as `ledgerRows` reads them (the ledger upsert returns them).
+    /// `record` of rows already read as `ledgerRows` reads them (the ledger upsert returns them,
+    /// written in this transaction: no other writer can change them before it commits).
     @discardableResult
-    static func record(rows: [String: JournalTransaction], connection: PostgresConnection) async throws -> Int {
+    static func record(
+        rows: [String: JournalTransaction], readAgainWhenLocked: Bool = false, recordedAt: Date? = nil, connection: PostgresConnection
+    ) async throws -> Int {
         guard !rows.isEmpty else { return 0 }
         var rows = rows
         try await connection.execute("SELECT pg_advisory_xact_lock_shared(\(FinanceLedger.recordingKey))")
         var keyOf = rows.mapValues(JournalRules.saleKey)
-        let keys = Array(Set(keyOf.values)).sorted()
-        try await connection.execute("""
-            SELECT pg_advisory_xact_lock(\(saleLockSpace), k) FROM (SELECT DISTINCT k FROM unnest(\(PostgresArray(keys.map(saleLock)))::integer[]) k ORDER BY k) s
-            """)
+        var keys = Array(Set(keyOf.values)).sorted()
+        try await lockSales(keys, connection: connection)
+        if readAgainWhenLocked {
+            rows = try await ledgerRows(Array(rows.keys), connection: connection)
+            keyOf = rows.mapValues(JournalRules.saleKey)
+            // A sale whose key changed meanwhile (its product's type learned): locked too, after
+            // the others (out of order: a deadlock, which PostgreSQL ends, is the rare price).
+            let more = Set(keyOf.values).subtracting(keys).sorted()
+            if !more.isEmpty {
+                try await lockSales(more, connection: connection)
+                keys = (keys + more).sorted()
+            }
+        }
         let stamp: Date = try await connection.query("SELECT date_trunc('milliseconds', clock_timestamp()) AS stamp")[0].decode("stamp")
         // Rows recorded before sales had keys are found by their own transaction id.
         var recorded: [String: [JournalRecord]] = [:]
@@ -88,7 +108,7 @@ public enum FinanceJournal {
                 web_order_line_item_id, purchase_date, expires_date, cancellation_date, cancellation_reason, quantity, is_trial_period,
                 is_in_intro_offer_period, offer_code_ref_name, promotional_offer_id, ownership_type, environment, price_milliunits,
                 currency, amount_milliunits, amount_source, revocation_type, revocation_percentage, storefront, adjusts, sale_key)
-            SELECT a.event, a.event_time, a.occurrence, \(stamp), t.account_id, t.product_id, a.product_type, t.transaction_id,
+            SELECT a.event, a.event_time, a.occurrence, \(recordedAt ?? stamp), t.account_id, t.product_id, a.product_type, t.transaction_id,
                    t.original_transaction_id, t.web_order_line_item_id, t.purchase_date, t.expires_date, t.cancellation_date,
                    t.cancellation_reason, t.quantity, t.is_trial_period, t.is_in_intro_offer_period, t.offer_code_ref_name,
                    t.promotional_offer_id, t.ownership_type, t.environment, a.price, a.currency, a.amount, a.amount_source,
@@ -110,6 +130,13 @@ public enum FinanceJournal {
             CROSS JOIN LATERAL (SELECT * FROM iap.transactions WHERE transaction_id = a.transaction_id OFFSET 0) t
             ORDER BY a.n
             ON CONFLICT (transaction_id, event, occurrence) DO NOTHING
+            """)
+    }
+
+    /// Each sale's lock, in the order of their slots.
+    static func lockSales(_ keys: [String], connection: PostgresConnection) async throws {
+        try await connection.execute("""
+            SELECT pg_advisory_xact_lock(\(saleLockSpace), k) FROM (SELECT DISTINCT k FROM unnest(\(PostgresArray(keys.map(saleLock)))::integer[]) k ORDER BY k) s
             """)
     }
 

@@ -1,3 +1,4 @@
+import CivilCalendar
 import Foundation
 import Logging
 import Postgres
@@ -10,8 +11,8 @@ public enum Retention {
     /// What a prune deleted, or would delete (`dryRun`).
     public struct Pruned: Sendable, Equatable {
         /// Stored notifications: processed before the date, and none of these: quarantined,
-        /// rejected (a corrected configuration looks at them again), a V2 one the answering job
-        /// has not examined yet, or one a consumption answer names.
+        /// rejected (a corrected configuration looks at them again), or one a consumption answer
+        /// names (or a copy of its body).
         public var notifications = 0
         /// Corrections of runs started before the date that never moved an entitlement: a dry
         /// run's, and those superseded. Applied corrections (the outbox, `explain`) and planned ones
@@ -23,9 +24,26 @@ public enum Retention {
         }
     }
 
+    /// The youngest date a prune takes, in days before now: Apple's notification history reaches
+    /// back 180 days, and a notification pruned within them could be read from it and stored
+    /// again by a run catching up on it.
+    public static let minimumAgeDays = 180
+
+    /// A date younger than `minimumAgeDays`.
+    public struct TooRecent: Error, CustomStringConvertible {
+        public var youngest: Date
+        public init(youngest: Date) { self.youngest = youngest }
+        public var description: String {
+            "--before must be at least \(Retention.minimumAgeDays) days ago (Apple's notification history reaches back that far): "
+                + "give \(Timestamp.day(youngest)) or earlier"
+        }
+    }
+
     public static func prune(
-        before: Date, dryRun: Bool, pageSize: Int = 10_000, connection: PostgresConnection, logger: Logger
+        before: Date, dryRun: Bool, now: Date = Date(), pageSize: Int = 10_000, connection: PostgresConnection, logger: Logger
     ) async throws -> Pruned {
+        let youngest = now.addingTimeInterval(-Double(minimumAgeDays) * 86_400)
+        guard before <= youngest else { throw TooRecent(youngest: youngest) }
         var pruned = Pruned()
         pruned.notifications = try await sweep("notifications", logger: logger) { after in
             try await connection.query(notificationsPage(before: before, after: after, pageSize: pageSize, dryRun: dryRun))
@@ -62,9 +80,10 @@ public enum Retention {
             SELECT n.id FROM iap.notifications n
             WHERE n.id IN (SELECT id FROM page) AND n.processed_at < \(before) AND n.quarantined_at IS NULL
               AND n.outcome IS DISTINCT FROM 'rejected'
+              -- Months past any request's 12 hours: the answering job never looks at it again.
+              AND NOT EXISTS (SELECT 1 FROM iap.consumption_answers a WHERE a.notification_id = n.id)
               AND (n.notification_uuid IS NULL
-                   OR (n.consumption_examined_at IS NOT NULL
-                       AND NOT EXISTS (SELECT 1 FROM iap.consumption_answers a WHERE a.notification_uuid = n.notification_uuid)))
+                   OR NOT EXISTS (SELECT 1 FROM iap.consumption_answers a WHERE a.notification_uuid = n.notification_uuid))
         ), gone AS (
             DELETE FROM iap.notifications WHERE NOT \(dryRun) AND id IN (SELECT id FROM prunable) RETURNING 1
         )

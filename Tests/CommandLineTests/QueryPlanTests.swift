@@ -61,8 +61,8 @@ import TestSupport
                  "--output", world.reportRoot.appending(path: "r.csv").path],
                 ["runs"], ["report", "latest", "--format", "json"],
                 ["corrections", "--after", "0", "--limit", "10"],
-                ["prune", "--before", Timestamp.day(Date().addingTimeInterval(-31 * 86_400)), "--dry-run"],
-                ["prune", "--before", Timestamp.day(Date().addingTimeInterval(-31 * 86_400))],
+                ["prune", "--before", Timestamp.day(Date().addingTimeInterval(-200 * 86_400)), "--dry-run"],
+                ["prune", "--before", Timestamp.day(Date().addingTimeInterval(-200 * 86_400))],
             ]
             for command in commands {
                 let result = try await CLIProcess.run(command, environment: environment)

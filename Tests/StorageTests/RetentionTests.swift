@@ -30,6 +30,10 @@ import TestSupport
         #expect(left.corrections == all.corrections.filter { !RetentionFixture.prunedCorrections.contains($0) })
         #expect(left.notifications == all.notifications.filter { !RetentionFixture.prunedNotifications.contains($0) })
         #expect(try await Retention.prune(before: before, dryRun: false, pageSize: pageSize, connection: connection, logger: .quiet) == .init())
+        // Within Apple's 180 days of notification history, nothing: a pruned one could come back.
+        await #expect(throws: Retention.TooRecent.self) {
+            try await Retention.prune(before: Date().addingTimeInterval(-170 * 86_400), dryRun: true, connection: connection, logger: .quiet)
+        }
         await connection.close()
         try await database.drop()
     }

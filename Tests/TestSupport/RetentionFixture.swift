@@ -5,7 +5,7 @@ import Postgres
 public enum RetentionFixture {
     /// Corrections' reasons and notifications' bodies' `name`, of the rows a prune deletes.
     public static let prunedCorrections = ["old dry run's", "old run's superseded"]
-    public static let prunedNotifications = ["old applied v1", "old V2 examined, unanswered", "old unmatched v1"]
+    public static let prunedNotifications = ["old V2 not examined", "old V2 examined, unanswered", "old applied v1", "old unmatched v1"]
 
     public static func fill(_ connection: PostgresConnection) async throws {
         try await connection.executeScript("""
@@ -33,9 +33,11 @@ public enum RetentionFixture {
               (7, '2026-02-01Z', '{"name": "old V2 not examined"}', '2026-02-02Z', 'applied', 'u7', NULL, NULL, 2),
               (8, '2026-02-01Z', '{"name": "old V2 answered"}', '2026-02-02Z', 'applied', 'u8', '2026-02-01Z', NULL, 2),
               (9, '2026-02-01Z', '{"name": "old unmatched v1"}', '2026-03-02Z', 'unmatched', NULL, NULL, NULL, 2),
-              (10, '2026-05-01Z', '{"name": "processed after the date"}', '2026-06-02Z', 'applied', NULL, NULL, NULL, NULL);
+              (10, '2026-05-01Z', '{"name": "processed after the date"}', '2026-06-02Z', 'applied', NULL, NULL, NULL, NULL),
+              (11, '2026-02-01Z', '{"name": "old V2 answered under another uuid"}', '2026-02-02Z', 'applied', 'u11', '2026-02-01Z', NULL, 2);
             INSERT INTO iap.consumption_answers (notification_id, notification_uuid, transaction_id, environment, requested_at, deadline, outcome)
-            VALUES (8, 'u8', 't8', 'Production', '2026-02-01Z', '2026-02-01 12:00Z', 'sent');
+            VALUES (8, 'u8', 't8', 'Production', '2026-02-01Z', '2026-02-01 12:00Z', 'sent'),
+                   (11, 'u11-as-verified', 't11', 'Production', '2026-02-01Z', '2026-02-01 12:00Z', 'sent');
             """)
     }
 
