@@ -5,6 +5,7 @@
 -- journal, which only grows (append-only): on a journal of 3 million events, 0.65 s warm and over
 -- a second cold for a month of 82,000, against 0.2 s with it, and the export streams in index
 -- order instead of sorting the month first. recorded_at only grows (each writer stamps its rows
--- with the clock), so every insert lands at the index's right edge: little write cost.
+-- with the clock; the first recording, once, with the time it was queued), so every insert lands
+-- at the index's right edge: little write cost.
 -- Built by 0037, concurrently (docs/database.md, "Migrations on a big database"), with the rest of
 -- the export's order: (recorded_at, event_time, transaction_id, event, occurrence).

@@ -22,6 +22,11 @@ SELECT 'journal_first_recording'
 WHERE EXISTS (SELECT 1 FROM iap.transactions) AND NOT EXISTS (SELECT 1 FROM iap.finance_journal)
 ON CONFLICT (name) DO NOTHING;
 
+-- The ledger's cancellation times (LedgerCancellationTimes): owed where a row shows a cancellation.
+INSERT INTO iap.schema_backfills (name)
+SELECT 'ledger_cancellation_times' WHERE EXISTS (SELECT 1 FROM iap.transactions WHERE cancellation_date IS NOT NULL)
+ON CONFLICT (name) DO NOTHING;
+
 -- Checks added NOT VALID, validated here: a read of the table that lets its writes go on.
 ALTER TABLE iap.corrections VALIDATE CONSTRAINT corrections_status_check;
 ALTER TABLE iap.notifications VALIDATE CONSTRAINT notifications_outcome_check;

@@ -36,6 +36,9 @@ struct MigrateCommand: AsyncParsableCommand {
             if first.rows > 0 {
                 print("Recorded \(first.events) finance journal event(s) over \(first.rows) ledger row(s): the journal's first recording.")
             }
+            // Ledger rows a v1 REFUND told first, given the time of their cancellation (Migrations/0037).
+            let repaired = try await LedgerCancellationTimes.resume(connection: connection, logger: logger)
+            if repaired > 0 { print("Gave \(repaired) ledger row(s) their cancellation's time as the time of Apple's word.") }
             // Adjustments a migration found owed (Migrations/0024: signed terms learned after the
             // catalog's were journaled) are recorded now, by the journal's own rules.
             let events = try await ReconciliationStore(connection: connection).drainJournalBacklog()

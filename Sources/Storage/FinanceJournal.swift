@@ -19,7 +19,8 @@ public enum FinanceJournal {
     /// locks are held: a writer of one of these sales that committed while this waited is then
     /// seen whole, its ledger change beside its events. Read only before, its refund would look
     /// like one the ledger no longer shows, and be reversed. `recordedAt` stamps the events
-    /// instead of the clock (the first recording's one time).
+    /// instead of the clock (the first recording's one time), of each sale with no event recorded
+    /// after it: one a night recorded meanwhile gets the clock, after its own events.
     @discardableResult
     static func record(_ transactionIds: [String], recordedAt: Date? = nil, connection: PostgresConnection) async throws -> Int {
         guard !transactionIds.isEmpty else { return 0 }
@@ -40,21 +41,25 @@ public enum FinanceJournal {
         var keyOf = rows.mapValues(JournalRules.saleKey)
         var keys = Array(Set(keyOf.values)).sorted()
         try await lockSales(keys, connection: connection)
-        if readAgainWhenLocked {
+        // Read again until every key the rows now have is locked: a sale whose key changed
+        // meanwhile (its product's type learned) is locked too, after the others (out of order: a
+        // deadlock, which PostgreSQL ends and the caller's retry takes again, is the rare price),
+        // and its rows read once more under that lock.
+        while readAgainWhenLocked {
             rows = try await ledgerRows(Array(rows.keys), connection: connection)
             keyOf = rows.mapValues(JournalRules.saleKey)
-            // A sale whose key changed meanwhile (its product's type learned): locked too, after
-            // the others (out of order: a deadlock, which PostgreSQL ends, is the rare price).
             let more = Set(keyOf.values).subtracting(keys).sorted()
-            if !more.isEmpty {
-                try await lockSales(more, connection: connection)
-                keys = (keys + more).sorted()
-            }
+            guard !more.isEmpty else { break }
+            try await lockSales(more, connection: connection)
+            keys = (keys + more).sorted()
         }
         let stamp: Date = try await connection.query("SELECT date_trunc('milliseconds', clock_timestamp()) AS stamp")[0].decode("stamp")
         // Rows recorded before sales had keys are found by their own transaction id.
         var recorded: [String: [JournalRecord]] = [:]
         var recordKeyOf: [String: String] = [:]
+        // When each sale's events were last recorded: `recordedAt` stamps only a sale with none
+        // recorded after it (a night that recorded the sale meanwhile keeps it in time order).
+        var latestRecorded: [String: Date] = [:]
         // Events of a row's transaction under another key than its own (or none: recorded before
         // sales had keys) are looked up by its transaction id, a row first written now too (one
         // deleted by hand and written again keeps its events); its key finds the rest.
@@ -65,12 +70,12 @@ public enum FinanceJournal {
         for row in try await connection.query("""
             SELECT j.* FROM unnest(\(keys)::text[]) AS k(key)
                 CROSS JOIN LATERAL (SELECT id, event, adjusts, transaction_id, event_time, amount_milliunits, currency, price_milliunits,
-                                           amount_source, sale_key
+                                           amount_source, sale_key, recorded_at
                                     FROM iap.finance_journal WHERE sale_key = k.key OFFSET 0) j
             UNION
             SELECT j.* FROM unnest(\(looked.map(\.id))::text[], \(looked.map(\.key))::text[]) AS i(id, key)
                 CROSS JOIN LATERAL (SELECT id, event, adjusts, transaction_id, event_time, amount_milliunits, currency, price_milliunits,
-                                           amount_source, sale_key
+                                           amount_source, sale_key, recorded_at
                                     FROM iap.finance_journal WHERE transaction_id = i.id AND sale_key IS DISTINCT FROM i.key OFFSET 0) j
             ORDER BY id
             """) {
@@ -79,6 +84,8 @@ public enum FinanceJournal {
             guard let key = try keyOf[record.transactionId] ?? row.decode("sale_key", as: String?.self) else { continue }
             recorded[key, default: []].append(record)
             recordKeyOf[record.transactionId] = recordKeyOf[record.transactionId] ?? key
+            let at: Date = try row.decode("recorded_at")
+            latestRecorded[key] = max(latestRecorded[key] ?? at, at)
         }
         // A recorded event's own row decides whether its refund still stands: read it too.
         let unread = Set(recordKeyOf.keys).subtracting(rows.keys)
@@ -108,7 +115,7 @@ public enum FinanceJournal {
                 web_order_line_item_id, purchase_date, expires_date, cancellation_date, cancellation_reason, quantity, is_trial_period,
                 is_in_intro_offer_period, offer_code_ref_name, promotional_offer_id, ownership_type, environment, price_milliunits,
                 currency, amount_milliunits, amount_source, revocation_type, revocation_percentage, storefront, adjusts, sale_key)
-            SELECT a.event, a.event_time, a.occurrence, \(recordedAt ?? stamp), t.account_id, t.product_id, a.product_type, t.transaction_id,
+            SELECT a.event, a.event_time, a.occurrence, a.recorded_at, t.account_id, t.product_id, a.product_type, t.transaction_id,
                    t.original_transaction_id, t.web_order_line_item_id, t.purchase_date, t.expires_date, t.cancellation_date,
                    t.cancellation_reason, t.quantity, t.is_trial_period, t.is_in_intro_offer_period, t.offer_code_ref_name,
                    t.promotional_offer_id, t.ownership_type, t.environment, a.price, a.currency, a.amount, a.amount_source,
@@ -124,8 +131,12 @@ public enum FinanceJournal {
                 \(PostgresArray(appends.map(\.append.amount)))::bigint[],
                 \(PostgresArray(appends.map(\.append.amountSource.rawValue)))::text[],
                 \(PostgresArray(appends.map { $0.append.adjusts?.rawValue }))::text[],
-                \(PostgresArray(appends.map(\.key)))::text[]) WITH ORDINALITY
-                AS a(event, event_time, occurrence, product_type, transaction_id, price, currency, amount, amount_source, adjusts, sale_key, n)
+                \(PostgresArray(appends.map(\.key)))::text[],
+                \(PostgresArray(appends.map { append in
+                    recordedAt.flatMap { at in (latestRecorded[append.key] ?? at) <= at ? at : nil } ?? stamp
+                }))::timestamptz[]) WITH ORDINALITY
+                AS a(event, event_time, occurrence, product_type, transaction_id, price, currency, amount, amount_source, adjusts, sale_key,
+                     recorded_at, n)
             -- Row by row through the key (as the lookup above): never a scan of the ledger.
             CROSS JOIN LATERAL (SELECT * FROM iap.transactions WHERE transaction_id = a.transaction_id OFFSET 0) t
             ORDER BY a.n

@@ -16,7 +16,9 @@ public enum FinanceLedger {
     /// millisecond, the journal's precision, so that the next writer's stamp is past it. An export
     /// made with it is reproduced byte for byte by `--as-of` it later. It is also the latest
     /// `--as-of` an export accepts: events may still be recorded at or before a later time, so an
-    /// export as of it could not be made again.
+    /// export as of it could not be made again. (The journal's first recording stamps its events
+    /// with the earlier time it was queued; every export as of that time or later is refused until
+    /// it is finished: `JournalFirstRecording`.)
     public static func recordedUntilNow(connection: PostgresConnection) async throws -> Date {
         try await connection.withTransaction { connection in
             try await connection.execute("SELECT pg_advisory_xact_lock(\(recordingKey))")

@@ -10,8 +10,9 @@ import Postgres
 /// transaction grows with the ledger and a migrate stopped anywhere resumes where it stopped.
 ///
 /// Every event it records is stamped with the time it was queued, as 0020 stamped the whole
-/// ledger's with its one moment: an export as of a later time was refused until it finished, so
-/// an export as of any time lists all of it or none of it, and is made again byte for byte.
+/// ledger's with its one moment (but a sale a night recorded meanwhile: the clock, after that
+/// night's events): an export as of a later time was refused until it finished, so an export as
+/// of any time lists all of it or none of it, and is made again byte for byte.
 public enum JournalFirstRecording {
     static let name = "journal_first_recording"
 
@@ -40,7 +41,11 @@ public enum JournalFirstRecording {
         var chunks = 0
         while maxChunks.map({ chunks < $0 }) ?? true {
             chunks += 1
-            let step = try await connection.withTransaction { connection -> (rows: Int, events: Int, done: Int64)? in
+            // A deadlock with a night's writer (a sale whose key changed, locked out of order) or a
+            // lost connection: the chunk is rolled back whole with its cursor, and made again.
+            let step = try await DatabaseRetry.run(retrying: { attempt, error in
+                logger.warning("database.retrying", metadata: ["database.attempt": .stringConvertible(attempt), "error": "\(error)"])
+            }) { try await connection.withTransaction { connection -> (rows: Int, events: Int, done: Int64)? in
                 // Locked, so two migrates take turns rather than record one chunk twice.
                 guard let cursor = try await connection.query("""
                     SELECT after_key, done, date_trunc('milliseconds', queued_at) AS stamp
@@ -56,7 +61,7 @@ public enum JournalFirstRecording {
                 let events = try await FinanceJournal.record(chained, recordedAt: try cursor.decode("stamp"), connection: connection)
                 try await connection.execute("UPDATE iap.schema_backfills SET after_key = \(last.text), done = \(done) WHERE name = \(name)")
                 return (chained.count, events, done)
-            }
+            } }
             guard let step else {
                 progress.finished = true
                 break
@@ -123,13 +128,24 @@ public enum JournalFirstRecording {
                 for row in try await connection.query("SELECT transaction_id FROM iap.transactions WHERE original_transaction_id = \(chain)") {
                     ids.insert(try row.decode("transaction_id"))
                 }
+                // A chain's first row that names no original of its own (an old row) is looked at
+                // with the rows that name it, as the backlog does: a restored copy is never its sale.
+                let chains = Set(try rows.map { try $0.decode("original_transaction_id", as: String.self) })
+                for row in try await connection.query("""
+                    SELECT transaction_id FROM iap.transactions WHERE transaction_id = ANY(\(chains.sorted())) AND original_transaction_id IS NULL
+                    """) {
+                    ids.insert(try row.decode("transaction_id"))
+                }
                 return (ids.sorted(), .afterChain(chain))
             }
         }
         let afterId = if case .afterTransaction(let id) = after { id } else { "" }
         let ids: [String] = try await connection.query("""
-            SELECT transaction_id FROM iap.transactions
-            WHERE original_transaction_id IS NULL AND transaction_id > \(afterId) ORDER BY transaction_id LIMIT \(chunk)
+            SELECT t.transaction_id FROM iap.transactions t
+            WHERE t.original_transaction_id IS NULL AND t.transaction_id > \(afterId)
+              -- One that others name as their original went with them.
+              AND NOT EXISTS (SELECT 1 FROM iap.transactions c WHERE c.original_transaction_id = t.transaction_id)
+            ORDER BY t.transaction_id LIMIT \(chunk)
             """).map { try $0.decode("transaction_id") }
         guard let last = ids.last else { return nil }
         return (ids, .afterTransaction(last))

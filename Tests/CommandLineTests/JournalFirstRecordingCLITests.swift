@@ -38,6 +38,8 @@ import TestSupport
         // 200 purchases, 20 lifetime purchases, 1,800 renewals, 10 refunds: 2,030 events over 2,024 ledger rows.
         #expect(migrate.stdout.contains("Recorded 2030 finance journal event(s) over 2024 ledger row(s)"), "\(migrate.stdout)")
         #expect(migrate.stderr.contains("journal.first_recording_finished"), "\(migrate.stderr)")
+        // The ten refunded rows given their cancellation's time as Apple's word's.
+        #expect(migrate.stdout.contains("Gave 10 ledger row(s) their cancellation's time"), "\(migrate.stdout)")
         let export = try await CLIProcess.run(["export-finance"] + period, environment: environment)
         #expect(export.status == 0, "\(export.stderr)")
         #expect(export.stdout.components(separatedBy: "\r\n").filter { !$0.isEmpty }.count == 1 + 2_030)
