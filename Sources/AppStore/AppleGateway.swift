@@ -20,12 +20,13 @@ public final class AppleGateway: Sendable {
     ///   - concurrency: HTTP requests in flight at once, across all clients.
     ///   - requestsPerSecond: optional ceiling on the request rate, across all clients.
     ///   - trustedCertificatesFile: CAs to trust instead of the system's (a test's own server).
+    ///   - proxy: the proxy every request goes through (`--apple-proxy`); nil for none.
     public init(
         concurrency: Int = 64, requestsPerSecond: Double? = nil, maximumConnectionsPerHost: Int? = nil,
-        stormGate: StormGate = StormGate(), budget: ServerAPIBudget? = nil, trustedCertificatesFile: String? = nil
+        stormGate: StormGate = StormGate(), budget: ServerAPIBudget? = nil, trustedCertificatesFile: String? = nil, proxy: String? = nil
     ) {
         http = HTTPClient(configuration: .init(
-            maximumConnectionsPerHost: maximumConnectionsPerHost ?? concurrency, trustedCertificatesFile: trustedCertificatesFile))
+            maximumConnectionsPerHost: maximumConnectionsPerHost ?? concurrency, trustedCertificatesFile: trustedCertificatesFile, proxy: proxy))
         limiter = ConcurrencyLimiter(limit: concurrency)
         rateLimiter = requestsPerSecond.map { RateLimiter(requestsPerSecond: $0) }
         self.stormGate = stormGate

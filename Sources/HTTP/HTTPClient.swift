@@ -28,11 +28,17 @@ public final class HTTPClient: Sendable {
         /// PEM certificates to trust instead of the system's (libcurl's CAINFO): a private CA in
         /// front of the real service, or a test server. Verification itself stays on.
         public var trustedCertificatesFile: String?
+        /// The proxy every request goes through; nil for none, whatever the environment's
+        /// `http_proxy`, `HTTPS_PROXY` or `ALL_PROXY` say (libcurl would follow them).
+        public var proxy: String?
 
-        public init(maximumConnectionsPerHost: Int = 64, preferMultiplexing: Bool = true, trustedCertificatesFile: String? = nil) {
+        public init(
+            maximumConnectionsPerHost: Int = 64, preferMultiplexing: Bool = true, trustedCertificatesFile: String? = nil, proxy: String? = nil
+        ) {
             self.maximumConnectionsPerHost = maximumConnectionsPerHost
             self.preferMultiplexing = preferMultiplexing
             self.trustedCertificatesFile = trustedCertificatesFile
+            self.proxy = proxy
         }
     }
 

@@ -49,6 +49,10 @@ final class Transfer: @unchecked Sendable {
         check(rr_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1))
         check(rr_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2))
         if let file = configuration.trustedCertificatesFile { check(rr_curl_easy_setopt_string(easy, CURLOPT_CAINFO, file)) }
+        // The proxy configured, or none: "" and a no-proxy list of every host, so that no
+        // variable of the environment (http_proxy, HTTPS_PROXY, ALL_PROXY) sends a request elsewhere.
+        check(rr_curl_easy_setopt_string(easy, CURLOPT_PROXY, configuration.proxy ?? ""))
+        check(rr_curl_easy_setopt_string(easy, CURLOPT_NOPROXY, configuration.proxy == nil ? "*" : ""))
         check(rr_curl_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS)))
         check(rr_curl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, configuration.preferMultiplexing ? 1 : 0))
         // libcurl reads 0 as "no limit": every request has one, of 1 ms at the least.

@@ -40,6 +40,7 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
     @OptionGroup var app: AppIdentityOptions
     @OptionGroup var appStoreConnect: AppStoreConnectOptions
     @OptionGroup var budget: ServerAPIBudgetOptions
+    @OptionGroup var proxy: AppleProxyOptions
 
     @Flag(help: "Read Apple's notification history, decide and print each body that would be sent; store nothing, record nothing, send nothing.")
     var dryRun = false
@@ -90,7 +91,7 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
                 logger.error("consumption.locked", metadata: ["error": "another answer-consumption-requests holds the lock on this database"])
                 throw ExitStatus.locked
             }
-            let gateway = AppleGateway(concurrency: 4, budget: budget.budget())
+            let gateway = AppleGateway(concurrency: 4, budget: budget.budget(), proxy: try proxy.proxy())
             defer { gateway.shutdown() }
             let client = apiConfiguration.map { credentials, endpoints in
                 ServerAPIClient(

@@ -195,7 +195,8 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
         ])
     }
     // One gateway to Apple: both clients share its connections, limits, stop switch and budget.
-    let gateway = AppleGateway(concurrency: options.concurrency, requestsPerSecond: options.requestsPerSecond, budget: options.apiBudget())
+    let gateway = AppleGateway(
+        concurrency: options.concurrency, requestsPerSecond: options.requestsPerSecond, budget: options.apiBudget(), proxy: try common.proxy.proxy())
     defer { gateway.shutdown() }
     let client = VerifyReceiptClient(endpoints: endpoints, sharedSecret: secret, policy: options.policy, gateway: gateway, logger: logger)
     let serverAPI = serverAPIConfiguration.map { credentials, apiEndpoints in

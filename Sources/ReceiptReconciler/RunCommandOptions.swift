@@ -53,6 +53,8 @@ struct RunCommandOptions: ParsableArguments {
 
     @OptionGroup var appStoreConnect: AppStoreConnectOptions
 
+    @OptionGroup var proxy: AppleProxyOptions
+
     @OptionGroup var budget: ServerAPIBudgetOptions
 
     @Option(help: ArgumentHelp(
