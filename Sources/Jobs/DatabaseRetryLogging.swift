@@ -4,7 +4,5 @@ import Storage
 /// `body`, run again after the database failures that running it again may cure
 /// (`DatabaseRetry`), each retry logged as `database.retrying`.
 func withDatabaseRetry<Result>(logger: Logger, _ body: () async throws -> Result) async throws -> Result {
-    try await DatabaseRetry.run(retrying: { attempt, error in
-        logger.warning("database.retrying", metadata: ["database.attempt": .stringConvertible(attempt), "error": "\(error)"])
-    }, body)
+    try await DatabaseRetry.run(logger: logger, body)
 }

@@ -91,7 +91,7 @@ struct AnswerConsumptionRequestsCommand: AsyncParsableCommand {
                 logger.error("consumption.locked", metadata: ["error": "another answer-consumption-requests holds the lock on this database"])
                 throw ExitStatus.locked
             }
-            let gateway = AppleGateway(concurrency: 4, budget: budget.budget(), proxy: try proxy.proxy())
+            let gateway = AppleGateway(concurrency: 4, budget: budget.budget(), proxy: proxy.proxy())
             defer { gateway.shutdown() }
             let client = apiConfiguration.map { credentials, endpoints in
                 ServerAPIClient(

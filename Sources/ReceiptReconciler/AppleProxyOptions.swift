@@ -13,7 +13,7 @@ struct AppleProxyOptions: ParsableArguments {
 
     /// Its value is never written anywhere: a proxy's URL may hold a password.
     func validate() throws {
-        guard let given = try proxy() else { return }
+        guard let given = proxy() else { return }
         guard let url = URL(string: given), let scheme = url.scheme?.lowercased(), ["http", "https", "socks5", "socks5h"].contains(scheme),
               url.host != nil else {
             throw ValidationError("--apple-proxy (or APPLE_PROXY): not an http://, https://, socks5:// or socks5h:// URL with a host")
@@ -21,7 +21,7 @@ struct AppleProxyOptions: ParsableArguments {
     }
 
     /// The proxy named, or nil for none.
-    func proxy() throws -> String? {
+    func proxy() -> String? {
         if let appleProxy, !appleProxy.isEmpty { return appleProxy }
         return ProcessInfo.processInfo.environment["APPLE_PROXY"].flatMap { $0.isEmpty ? nil : $0 }
     }

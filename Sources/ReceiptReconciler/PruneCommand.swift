@@ -35,7 +35,7 @@ struct PruneCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard let date = CommandLineTime.parse(before) else { throw ValidationError("--before: not an ISO 8601 date or time: \(before)") }
-        let youngest = Date().addingTimeInterval(-Double(Retention.minimumAgeDays) * 86_400)
+        let youngest = Retention.youngest()
         guard date <= youngest else { throw ValidationError("\(Retention.TooRecent(youngest: youngest))") }
     }
 

@@ -196,7 +196,7 @@ func executeRun(_ options: RunOptions, common: RunCommandOptions, database: Data
     }
     // One gateway to Apple: both clients share its connections, limits, stop switch and budget.
     let gateway = AppleGateway(
-        concurrency: options.concurrency, requestsPerSecond: options.requestsPerSecond, budget: options.apiBudget(), proxy: try common.proxy.proxy())
+        concurrency: options.concurrency, requestsPerSecond: options.requestsPerSecond, budget: options.apiBudget(), proxy: common.proxy.proxy())
     defer { gateway.shutdown() }
     let client = VerifyReceiptClient(endpoints: endpoints, sharedSecret: secret, policy: options.policy, gateway: gateway, logger: logger)
     let serverAPI = serverAPIConfiguration.map { credentials, apiEndpoints in

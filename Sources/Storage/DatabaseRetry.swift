@@ -1,3 +1,4 @@
+import Logging
 import Postgres
 import Throttling
 
@@ -34,6 +35,15 @@ public enum DatabaseRetry {
                 attempt += 1
             }
         }
+    }
+}
+
+extension DatabaseRetry {
+    /// `run`, each retry logged as `database.retrying`.
+    public static func run<Result>(logger: Logger, _ body: () async throws -> Result) async throws -> Result {
+        try await run(retrying: { attempt, error in
+            logger.warning("database.retrying", metadata: ["database.attempt": .stringConvertible(attempt), "error": "\(error)"])
+        }, body)
     }
 }
 

@@ -43,9 +43,7 @@ public enum JournalFirstRecording {
             chunks += 1
             // A deadlock with a night's writer (a sale whose key changed, locked out of order) or a
             // lost connection: the chunk is rolled back whole with its cursor, and made again.
-            let step = try await DatabaseRetry.run(retrying: { attempt, error in
-                logger.warning("database.retrying", metadata: ["database.attempt": .stringConvertible(attempt), "error": "\(error)"])
-            }) { try await connection.withTransaction { connection -> (rows: Int, events: Int, done: Int64)? in
+            let step = try await DatabaseRetry.run(logger: logger) { try await connection.withTransaction { connection -> (rows: Int, events: Int, done: Int64)? in
                 // Locked, so two migrates take turns rather than record one chunk twice.
                 guard let cursor = try await connection.query("""
                     SELECT after_key, done, date_trunc('milliseconds', queued_at) AS stamp

@@ -15,9 +15,7 @@ public enum LedgerCancellationTimes {
     public static func resume(connection: PostgresConnection, pageSize: Int = 10_000, logger: Logger) async throws -> Int {
         var repaired = 0
         while true {
-            let step = try await DatabaseRetry.run(retrying: { attempt, error in
-                logger.warning("database.retrying", metadata: ["database.attempt": .stringConvertible(attempt), "error": "\(error)"])
-            }) { try await connection.withTransaction { connection -> Int? in
+            let step = try await DatabaseRetry.run(logger: logger) { try await connection.withTransaction { connection -> Int? in
                 guard let cursor = try await connection.query("""
                     SELECT COALESCE(after_key, '') AS after_key FROM iap.schema_backfills WHERE name = \(name) AND finished_at IS NULL FOR UPDATE
                     """).first else { return nil }

@@ -29,6 +29,11 @@ public enum Retention {
     /// again by a run catching up on it.
     public static let minimumAgeDays = 180
 
+    /// The youngest date a prune takes at `now`.
+    public static func youngest(now: Date = Date()) -> Date {
+        now.addingTimeInterval(-Double(minimumAgeDays) * 86_400)
+    }
+
     /// A date younger than `minimumAgeDays`.
     public struct TooRecent: Error, CustomStringConvertible {
         public var youngest: Date
@@ -42,7 +47,7 @@ public enum Retention {
     public static func prune(
         before: Date, dryRun: Bool, now: Date = Date(), pageSize: Int = 10_000, connection: PostgresConnection, logger: Logger
     ) async throws -> Pruned {
-        let youngest = now.addingTimeInterval(-Double(minimumAgeDays) * 86_400)
+        let youngest = youngest(now: now)
         guard before <= youngest else { throw TooRecent(youngest: youngest) }
         var pruned = Pruned()
         pruned.notifications = try await sweep("notifications", logger: logger) { after in
